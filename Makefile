@@ -1,0 +1,36 @@
+# Two commands: `make demo` (all notebooks, headless, real SmolLM2 verifier) and `make test`.
+# Each creates or updates the virtual environment .venv first.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.eagle3kit-installed
+OUT    ?= runs/demo
+
+.PHONY: demo test lab env browser clean
+
+$(STAMP): pyproject.toml eagle3kit/assets.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m eagle3kit.assets
+	touch $(STAMP)
+
+env: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/eagle3kit run-notebooks --preset demo --out $(OUT)
+
+test: $(STAMP) browser
+	$(BIN)/python -m pytest -q
+
+# Debian's chromium for the browser test (no browser download); skipped when it is already there.
+browser:
+	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
+	  && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+	  || echo "chromium not installed: the browser test will be skipped"; }
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks
+
+clean:
+	rm -rf $(VENV) runs

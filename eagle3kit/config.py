@@ -1,0 +1,350 @@
+"""Build the EAGLE-3 draft config and model from a verifier, resolve the attention implementation, explain fields.
+
+The draft decoder config comes from speculators' own ``create_transformer_layer_config`` (the same function
+``speculators train`` uses), so a config built here matches the one the distributed trainer builds for the same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from eagle3kit.verifier import Verifier, preset_dir, resolve
+
+# speculators' CLI defaults (speculators.train.config.schema.DraftArgs): eagle3kit keeps them so that the same
+# run built here and by `speculators train` gives the same config.json.
+CLI_DEFAULTS = {
+    "num_layers": 1,
+    "draft_arch": "llama",
+    "hidden_act": "silu",
+    "sliding_window": 2048,
+    "full_attention_indices": [],
+    "norm_before_residual": True,
+    "norm_before_fc": True,
+    "fc_norm": False,
+    "norm_output": True,
+    "embed_requires_grad": False,
+    "ttt_steps": 3,
+}
+
+BLOCK_SIZE = 128  # flex-attention BlockMask block size used by speculators
+
+
+@dataclass
+class DraftSpec:
+    """Everything a user chooses about the draft. ``None`` / ``"auto"`` mean: derive it and say how."""
+
+    verifier: str = "smollm2"
+    num_layers: int = 1
+    draft_arch: str = "llama"  # "llama" | "qwen3"
+    draft_vocab_size: int | None = None  # None: the verifier's vocab (no t2d/d2t)
+    aux_layer_ids: list[int] | None = None  # None: speculators' default [2, L//2, L-3]
+    ttt_steps: int = 3
+    attn_implementation: str = "auto"  # "auto" | "sdpa" | "eager" | "simple_flex_attention" | "flex_attention"
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    training: bool = True
+    hidden_act: str = "silu"
+    sliding_window: int = 2048
+    full_attention_indices: list[int] = field(default_factory=list)
+    norm_before_residual: bool = True
+    norm_before_fc: bool = True
+    fc_norm: bool = False
+    norm_output: bool = True
+    embed_requires_grad: bool = False
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    implementation: str
+    reason: str
+    source: str  # "user" | "auto rule"
+
+
+@dataclass
+class DraftBuild:
+    """A built draft config with where each value came from."""
+
+    spec: DraftSpec
+    verifier: Verifier
+    config: object  # Eagle3SpeculatorConfig
+    attention: AttentionChoice
+    device: str
+    sources: dict[str, str]
+
+    @property
+    def aux_layer_ids(self) -> list[int]:
+        return list(self.config.eagle_aux_hidden_state_layer_ids)
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} was asked for but CUDA is not available here; use device='cpu'.")
+    return device
+
+
+def registered_attention_implementations() -> list[str]:
+    """Attention implementations the installed transformers + speculators register (plus eager)."""
+    import speculators.models.attention  # noqa: F401  (registers simple_flex_attention)
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return sorted({"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()})
+
+
+def resolve_attention(requested: str = "auto", device: str = "cpu", training: bool = True) -> AttentionChoice:
+    """Pick the draft's attention implementation for this device, or check an explicit one."""
+    if requested != "auto":
+        known = registered_attention_implementations()
+        if requested not in known:
+            raise ValueError(
+                f"attn_implementation={requested!r} is not registered in the installed transformers/speculators; "
+                f"use one of {known} (or 'auto')."
+            )
+        return AttentionChoice(requested, "chosen by you; `eagle3kit doctor` checks it against this device", "user")
+    if device.startswith("cuda"):
+        return AttentionChoice(
+            "simple_flex_attention",
+            "CUDA: speculators' own flex path (BlockMask, compiled kernel, sparse) is the fastest and what "
+            "`speculators train` uses by default",
+            "auto rule",
+        )
+    why = "flex attention has no backward on CPU" if training else "flex attention is uncompiled and slow on CPU"
+    return AttentionChoice("sdpa", f"CPU: {why}; sdpa takes the dense boolean mask and trains", "auto rule")
+
+
+def _layer_config(verifier: Verifier, spec: DraftSpec):
+    from speculators.train.cli import create_transformer_layer_config
+
+    path = verifier.path if verifier.has_weights else str(preset_dir(verifier.name))
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        return create_transformer_layer_config(
+            verifier_name_or_path=path,
+            num_layers=spec.num_layers,
+            draft_arch=spec.draft_arch,
+            hidden_act=spec.hidden_act,
+            sliding_window=spec.sliding_window,
+            full_attention_indices=list(spec.full_attention_indices),
+        )
+
+
+def _check_spec(spec: DraftSpec, n_verifier_layers: int, vocab: int) -> None:
+    if spec.draft_arch not in ("llama", "qwen3"):
+        raise ValueError(f"draft_arch={spec.draft_arch!r}: vLLM serves EAGLE-3 drafts of 'llama' or 'qwen3' only.")
+    if spec.num_layers < 1:
+        raise ValueError(f"num_layers={spec.num_layers}: a draft needs at least one decoder layer.")
+    if spec.ttt_steps < 1:
+        raise ValueError(f"ttt_steps={spec.ttt_steps}: use 1 or more test-time-training steps.")
+    if spec.draft_vocab_size is not None and not 0 < spec.draft_vocab_size <= vocab:
+        raise ValueError(f"draft_vocab_size={spec.draft_vocab_size} must be in 1..{vocab} (the verifier's vocab).")
+    ids = spec.aux_layer_ids
+    if ids is not None and (not ids or min(ids) < 0 or max(ids) > n_verifier_layers or len(set(ids)) != len(ids)):
+        raise ValueError(
+            f"aux_layer_ids={ids} must be distinct and within 0..{n_verifier_layers} for a verifier with "
+            f"{n_verifier_layers} layers (default: [2, L//2, L-3])."
+        )
+
+
+def build_config(spec: DraftSpec | None = None, **overrides) -> DraftBuild:
+    """Build speculators' ``Eagle3SpeculatorConfig`` for ``spec`` (fields can be given as keyword overrides)."""
+    from speculators.config import SpeculatorsConfig, VerifierConfig
+    from speculators.models.eagle3 import Eagle3SpeculatorConfig
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+
+    spec = spec or DraftSpec()
+    unknown = set(overrides) - {f.name for f in fields(DraftSpec)}
+    if unknown:
+        raise TypeError(f"Unknown draft setting(s) {sorted(unknown)}; see eagle3kit.config.DraftSpec for the fields.")
+    for k, v in overrides.items():
+        setattr(spec, k, v)
+    verifier = resolve(spec.verifier)
+    text = verifier.text_config
+    _check_spec(spec, text.num_hidden_layers, text.vocab_size)
+    device = resolve_device(spec.device)
+    attention = resolve_attention(spec.attn_implementation, device, spec.training)
+
+    layer_config = _layer_config(verifier, spec)
+    layer_config._attn_implementation = attention.implementation  # noqa: SLF001
+    n = text.num_hidden_layers
+    aux = list(spec.aux_layer_ids) if spec.aux_layer_ids is not None else [2, n // 2, n - 3]
+    if verifier.has_weights:
+        verifier_cfg = VerifierConfig.from_pretrained(verifier.path)
+    else:
+        verifier_cfg = VerifierConfig(name_or_path=None, architectures=list(verifier.config.architectures or []))
+    config = Eagle3SpeculatorConfig(
+        transformer_layer_config=layer_config,
+        draft_vocab_size=spec.draft_vocab_size or text.vocab_size,
+        norm_before_residual=spec.norm_before_residual,
+        norm_before_fc=spec.norm_before_fc,
+        fc_norm=spec.fc_norm,
+        norm_output=spec.norm_output,
+        embed_requires_grad=spec.embed_requires_grad,
+        eagle_aux_hidden_state_layer_ids=aux,
+        speculators_config=SpeculatorsConfig(
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=spec.ttt_steps)],
+            default_proposal_method="greedy",
+            verifier=verifier_cfg,
+        ),
+    )
+    return DraftBuild(spec, verifier, config, attention, device, _sources(spec))
+
+
+def _sources(spec: DraftSpec) -> dict[str, str]:
+    """Where each user-facing setting came from: 'user' when it differs from the default, else the default's name."""
+    default = DraftSpec()
+    out = {}
+    for f in fields(DraftSpec):
+        mine, theirs = getattr(spec, f.name), getattr(default, f.name)
+        if f.name in ("aux_layer_ids", "draft_vocab_size") and mine is None:
+            out[f.name] = "verifier (speculators default)"
+        elif f.name == "attn_implementation" and mine == "auto":
+            out[f.name] = "auto rule"
+        elif mine != theirs:
+            out[f.name] = "user"
+        elif f.name in CLI_DEFAULTS:
+            out[f.name] = "speculators CLI default"
+        else:
+            out[f.name] = "eagle3kit default"
+    return out
+
+
+def build_model(build: DraftBuild, t2d: torch.Tensor | None = None, d2t: torch.Tensor | None = None):
+    """Instantiate speculators' ``Eagle3DraftModel`` and load the verifier-owned weights through speculators.
+
+    Config-only presets are built on the meta device (shapes and parameter counts, no memory).
+    """
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    config = build.config
+    if not build.verifier.has_weights:
+        with torch.device("meta"):
+            return Eagle3DraftModel(config)
+    if config.draft_vocab_size != build.verifier.text_config.vocab_size and (t2d is None or d2t is None):
+        raise ValueError(
+            f"draft_vocab_size={config.draft_vocab_size} is smaller than the verifier's vocab, so the draft needs "
+            "t2d/d2t; make them from token frequencies with eagle3kit.data (or leave draft_vocab_size=None)."
+        )
+    model = Eagle3DraftModel(config)
+    model.load_vocab_mappings(t2d, d2t)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.load_verifier_weights()
+    return model.to(build.device)
+
+
+def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
+    """Trainable and frozen parameter counts (works on meta-device models)."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    return {"trainable": trainable, "frozen": frozen, "total": trainable + frozen}
+
+
+def memory_footprint(model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> pd.DataFrame:
+    """Weights, gradients and AdamW state (fp32) of the draft, in GiB."""
+    counts = parameter_counts(model)
+    width = torch.empty((), dtype=dtype).element_size()
+    gib = 1024**3
+    rows = [
+        ("weights (all)", counts["total"] * width / gib, f"{counts['total']:,} params in {dtype}"),
+        ("gradients", counts["trainable"] * width / gib, "trainable params only"),
+        ("AdamW state", counts["trainable"] * 8 / gib, "two fp32 moments per trainable param"),
+    ]
+    df = pd.DataFrame(rows, columns=["item", "GiB", "note"])
+    df.loc[len(df)] = ["total", df["GiB"].sum(), "before activations"]
+    return df.round({"GiB": 3})
+
+
+_MEANING = {
+    "verifier": "the model the draft proposes tokens for",
+    "hidden_size": "draft width; must equal the verifier's (the draft reads its hidden states)",
+    "vocab_size": "verifier vocabulary (embedding rows)",
+    "draft_vocab_size": "vocabulary the draft predicts over; smaller needs t2d/d2t",
+    "num_hidden_layers": "draft decoder layers",
+    "num_attention_heads": "attention heads of the draft layer",
+    "num_key_value_heads": "KV heads (GQA) of the draft layer",
+    "head_dim": "per-head width",
+    "intermediate_size": "MLP width (dense verifier: mirrors it; MoE: 3 x hidden)",
+    "hidden_act": "MLP activation",
+    "max_position_embeddings": "longest position the draft's RoPE covers",
+    "rope_parameters": "rotary embedding settings copied from the verifier",
+    "rms_norm_eps": "RMSNorm epsilon",
+    "layer_types": "full or sliding-window attention per draft layer",
+    "sliding_window": "window of sliding-attention layers",
+    "eagle_aux_hidden_state_layer_ids": "verifier layers whose inputs are fed to the draft (low, mid, high)",
+    "ttt_steps": "test-time-training steps = draft tokens proposed per round",
+    "norm_before_residual": "normalize the hidden part before the residual in layer 0",
+    "norm_before_fc": "RMSNorm over concatenated aux states before the fc projection",
+    "fc_norm": "per-aux-layer RMSNorm before fc (exclusive with norm_before_fc)",
+    "norm_output": "feed post-norm states across TTT steps (EAGLE 3.1)",
+    "embed_requires_grad": "train the (verifier-owned) embedding",
+    "_attn_implementation": "attention backend of the draft layers",
+}
+
+
+def explain(build: DraftBuild, model: torch.nn.Module | None = None) -> pd.DataFrame:
+    """Every field of the draft config: value, where it came from, what it means (+ parameter counts)."""
+    cfg, tl, src = build.config, build.config.transformer_layer_config, build.sources
+    verifier = build.verifier
+    rows = [
+        ("verifier", verifier.path or verifier.config.name_or_path, f"user ({verifier.kind})"),
+        ("hidden_size", tl.hidden_size, "verifier"),
+        ("vocab_size", tl.vocab_size, "verifier"),
+        ("draft_vocab_size", cfg.draft_vocab_size, src["draft_vocab_size"]),
+        ("num_hidden_layers", tl.num_hidden_layers, src["num_layers"]),
+        ("num_attention_heads", tl.num_attention_heads, "verifier"),
+        ("num_key_value_heads", tl.num_key_value_heads, "verifier"),
+        ("head_dim", getattr(tl, "head_dim", None), "verifier"),
+        ("intermediate_size", tl.intermediate_size, "verifier (speculators rule)"),
+        ("hidden_act", tl.hidden_act, src["hidden_act"]),
+        ("max_position_embeddings", tl.max_position_embeddings, "verifier"),
+        ("rope_parameters", getattr(tl, "rope_parameters", None), "verifier"),
+        ("rms_norm_eps", tl.rms_norm_eps, "verifier"),
+        ("layer_types", getattr(tl, "layer_types", None), src["full_attention_indices"]),
+        ("sliding_window", getattr(tl, "sliding_window", None), src["sliding_window"]),
+        ("eagle_aux_hidden_state_layer_ids", cfg.eagle_aux_hidden_state_layer_ids, src["aux_layer_ids"]),
+        ("ttt_steps", cfg.speculators_config.proposal_methods[0].speculative_tokens, src["ttt_steps"]),
+        ("norm_before_residual", cfg.norm_before_residual, src["norm_before_residual"]),
+        ("norm_before_fc", cfg.norm_before_fc, src["norm_before_fc"]),
+        ("fc_norm", cfg.fc_norm, src["fc_norm"]),
+        ("norm_output", cfg.norm_output, src["norm_output"]),
+        ("embed_requires_grad", cfg.embed_requires_grad, src["embed_requires_grad"]),
+        ("_attn_implementation", build.attention.implementation,
+         f"{build.attention.source}: {build.attention.reason}"),
+    ]
+    df = pd.DataFrame(
+        [(name, _fmt(value), source, _MEANING[name]) for name, value, source in rows],
+        columns=["field", "value", "source", "meaning"],
+    )
+    if model is not None:
+        counts = parameter_counts(model)
+        for key in ("trainable", "frozen"):
+            note = "fc, decoder layers, norms" if key == "trainable" else "embedding, lm_head, verifier_lm_head/norm"
+            df.loc[len(df)] = [f"params ({key})", f"{counts[key]:,}", "counted", note]
+    return df
+
+
+def _fmt(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, list) and len(value) > 6:
+        return f"{value[:3]} ... ({len(value)} items)"
+    return str(value)
+
+
+def save_config(build: DraftBuild, out_dir: str | Path) -> Path:
+    """Write the draft config as speculators' ``config.json`` (atomically)."""
+    from eagle3kit.atomic import atomic_dir
+
+    out = Path(out_dir)
+    with atomic_dir(out) as tmp:
+        build.config.save_pretrained(tmp)
+    return out

@@ -1,0 +1,141 @@
+"""Execute ``notebooks/NN_*.ipynb`` in order with papermill, with a named preset, into an output folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from eagle3kit import presets
+from eagle3kit.atomic import write_text
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+@dataclass
+class NotebookResult:
+    notebook: str
+    status: str  # "ok" | "failed"
+    seconds: float
+    failing_cell: int | None = None
+    error: str | None = None
+    summary: dict | None = None
+
+
+def notebooks(directory: str | os.PathLike | None = None, select: list[str] | None = None) -> list[Path]:
+    """The numbered notebooks in order, optionally only those whose number or name is in ``select``."""
+    paths = sorted(Path(directory or NOTEBOOK_DIR).glob("[0-9][0-9]_*.ipynb"))
+    if select:
+        paths = [p for p in paths if p.name[:2] in select or p.stem in select or p.name in select]
+    return paths
+
+
+def declared_parameters(path: str | os.PathLike) -> set[str]:
+    """Names declared in the notebook's ``parameters`` cell."""
+    import papermill
+
+    return set(papermill.inspect_notebook(str(path)))
+
+
+def notebook_parameters(path: Path, preset: str, overrides: dict, workdir: Path) -> dict:
+    """What the runner passes to one notebook: preset + overrides, restricted to its declared names."""
+    declared = declared_parameters(path)
+    params = {**presets.parameters(preset, path.name[:2]), **overrides, "workdir": str(workdir)}
+    return {k: v for k, v in params.items() if k in declared}
+
+
+def _failure(output: Path) -> tuple[int | None, str]:
+    """The first cell with an error output in an executed notebook, and its error line."""
+    try:
+        nb = json.loads(output.read_text())
+    except (OSError, ValueError):
+        return None, "the executed notebook could not be read"
+    code_index = 0
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        code_index += 1
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                return code_index, f"{out.get('ename')}: {out.get('evalue')}"
+    return None, "unknown error"
+
+
+def run_notebooks(
+    out_dir: str | os.PathLike,
+    preset: str = "ci",
+    overrides: dict | None = None,
+    select: list[str] | None = None,
+    notebook_dir: str | os.PathLike | None = None,
+    stop_on_failure: bool = True,
+    progress: bool = True,
+) -> list[NotebookResult]:
+    """Run the notebooks in order; write executed copies and ``summary.json`` / ``summary.md`` into ``out_dir``."""
+    import papermill
+
+    presets.parameters(preset, "00")  # fail early on an unknown preset
+    out = Path(out_dir).resolve()
+    workdir = out / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    paths = notebooks(notebook_dir, select)
+    if not paths:
+        raise FileNotFoundError(f"No notebooks matched {select or 'NN_*.ipynb'} in {notebook_dir or NOTEBOOK_DIR}.")
+    results: list[NotebookResult] = []
+    for i, path in enumerate(paths, 1):
+        target = out / path.name
+        params = notebook_parameters(path, preset, overrides or {}, workdir)
+        if progress:
+            print(f"[{i}/{len(paths)}] {path.name} {params}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            papermill.execute_notebook(
+                str(path), str(target), parameters=params, kernel_name="python3", progress_bar=progress,
+                cwd=str(path.parent),
+            )
+            result = NotebookResult(path.name, "ok", time.perf_counter() - t0)
+        except Exception as exc:  # papermill raises PapermillExecutionError; anything else is reported too
+            cell, error = _failure(target) if target.exists() else (None, f"{type(exc).__name__}: {exc}")
+            result = NotebookResult(path.name, "failed", time.perf_counter() - t0, cell, error)
+        result.summary = _read_summary(workdir, path.name[:2])
+        results.append(result)
+        if progress:
+            print(f"    {result.status} in {result.seconds:.1f}s" + (f" - {result.error}" if result.error else ""))
+        _write_summary(out, preset, results)
+        if result.status != "ok" and stop_on_failure:
+            break
+    return results
+
+
+def _read_summary(workdir: Path, number: str) -> dict | None:
+    """A notebook may leave ``workdir/summary_NN.json`` with its headline numbers."""
+    path = workdir / f"summary_{number}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def summary_table(results: list[NotebookResult]) -> pd.DataFrame:
+    rows = [
+        {"notebook": r.notebook, "status": r.status, "seconds": round(r.seconds, 1),
+         "failing cell": r.failing_cell or "", "error": r.error or "",
+         "headline": ", ".join(f"{k}={v}" for k, v in (r.summary or {}).items())}
+        for r in results
+    ]
+    return pd.DataFrame(rows)
+
+
+def _write_summary(out: Path, preset: str, results: list[NotebookResult]) -> None:
+    payload = {"preset": preset, "ok": all(r.status == "ok" for r in results),
+               "seconds": round(sum(r.seconds for r in results), 1), "notebooks": [asdict(r) for r in results]}
+    write_text(out / "summary.json", json.dumps(payload, indent=2))
+    table = summary_table(results).to_string(index=False)
+    write_text(out / "summary.md", f"# eagle3kit run ({preset})\n\n```\n{table}\n```\n")
+
+
+def record_summary(workdir: str | os.PathLike, notebook: str, **numbers) -> None:
+    """Called from a notebook: headline numbers that the run summary shows for notebook ``notebook``."""
+    path = Path(workdir) / f"summary_{notebook}.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    write_text(path, json.dumps({**old, **numbers}, indent=2, default=str))

