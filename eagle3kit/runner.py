@@ -56,8 +56,8 @@ def _failure(output: Path) -> tuple[int | None, str]:
         return None, "the executed notebook could not be read"
     code_index = 0
     for cell in nb.get("cells", []):
-        if cell.get("cell_type") != "code":
-            continue
+        if cell.get("cell_type") != "code" or "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            continue  # numbered as in the source notebook: papermill's injected cell does not count
         code_index += 1
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":

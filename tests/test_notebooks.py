@@ -1,0 +1,77 @@
+"""Every notebook runs headlessly through papermill with the ci preset; notebooks are committed clean."""
+
+from __future__ import annotations
+
+import json
+
+import papermill
+import pytest
+
+from eagle3kit import presets
+from eagle3kit.runner import notebooks, run_notebooks
+
+NOTEBOOKS = notebooks()
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS and NOTEBOOKS[0].name.startswith("01_")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_hygiene(path):
+    nb = json.loads(path.read_text())
+    cells = nb["cells"]
+    tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            assert not cell.get("outputs") and not cell.get("execution_count"), "commit notebooks without outputs"
+    declared = set(papermill.inspect_notebook(str(path)))
+    assert "workdir" in declared
+    for preset in presets.NAMES:
+        own = presets.NOTEBOOKS.get(path.name[:2], {}).get(preset, {})
+        assert set(own) <= declared, f"preset {preset} passes {set(own) - declared} that the notebook does not declare"
+
+
+def test_every_preset_key_is_used_by_some_notebook():
+    declared = set().union(*(set(papermill.inspect_notebook(str(p))) for p in NOTEBOOKS))
+    for preset in presets.NAMES:
+        assert set(presets.COMMON[preset]) <= declared
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ci-run")
+    return out, run_notebooks(out, preset="ci", stop_on_failure=False, progress=False)
+
+
+@pytest.mark.slow
+def test_all_notebooks_run_with_the_ci_preset(ci_run):
+    out, results = ci_run
+    assert [r.notebook for r in results] == [p.name for p in NOTEBOOKS]
+    failed = [f"{r.notebook}: cell {r.failing_cell}: {r.error}" for r in results if r.status != "ok"]
+    assert not failed, "\n".join(failed)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ok"] and len(summary["notebooks"]) == len(NOTEBOOKS)
+    for r in results:
+        print(f"{r.notebook}: {r.seconds:.1f}s {r.summary or ''}")
+    assert all((out / p.name).exists() for p in NOTEBOOKS)
+
+
+def test_runner_reports_a_failing_cell(tmp_path):
+    """A notebook that raises is reported with its cell and error, and the run exits non-zero."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell("workdir = ''")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("raise ValueError('boom')")]
+    src = tmp_path / "nbs"
+    src.mkdir()
+    nbformat.write(nb, src / "01_fail.ipynb")
+    results = run_notebooks(tmp_path / "out", preset="ci", notebook_dir=src, progress=False)
+    assert results[0].status == "failed" and results[0].failing_cell == 3 and "ValueError: boom" in results[0].error
+    from eagle3kit.cli import main
+
+    assert main(["run-notebooks", "--preset", "ci", "--out", str(tmp_path / "cli"), "--only", "99"]) == 2
