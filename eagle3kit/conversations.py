@@ -107,39 +107,21 @@ def usable(turns: Turns) -> bool:
     return any(t["role"] == "assistant" and t["content"].strip() and j > 0 for j, t in enumerate(turns))
 
 
-@dataclass
-class Selection:
-    train: list[Turns]
-    held_out: list[Turns]
-    skipped_unusable: int = 0
-    available: int = 0
-
-
-def select(conversations: list[Turns], n: int, held_out: int, seed: int = 0) -> Selection:
-    """Pick ``held_out`` then ``n`` usable conversations in a seeded order (held-out set does not depend on n)."""
+def ordered(conversations: list[Turns], seed: int = 0, counts: dict | None = None) -> Iterator[Turns]:
+    """Usable conversations, normalised, in a seeded order; ``counts["skipped_unusable"]`` counts the others."""
     order = list(range(len(conversations)))
     random.Random(seed).shuffle(order)
-    sel = Selection([], [], available=len(conversations))
     for i in order:
-        if len(sel.train) >= n and len(sel.held_out) >= held_out:
-            break
         turns = normalize(conversations[i])
-        if not usable(turns):
-            sel.skipped_unusable += 1
-            continue
-        (sel.held_out if len(sel.held_out) < held_out else sel.train).append(turns)
-    if len(sel.train) < n:
-        raise ConversationError(
-            f"Only {len(sel.train)} usable conversations are left after {held_out} held-out ones "
-            f"({sel.available} in the source); ask for fewer (n_conversations<={len(sel.train)})."
-        )
-    return sel
+        if usable(turns):
+            yield turns
+        elif counts is not None:
+            counts["skipped_unusable"] = counts.get("skipped_unusable", 0) + 1
 
 
-def load(source: str | os.PathLike | None, n: int, held_out: int, seed: int = 0) -> Selection:
-    """Read ShareGPT (``source=None``) or a user JSONL and select conversations by seed."""
-    convs = read_sharegpt() if source is None else read_jsonl(source)
-    return select(convs, n, held_out, seed)
+def read(source: str | os.PathLike | None) -> list[Turns]:
+    """ShareGPT V3 (``source=None``) or a user JSONL."""
+    return read_sharegpt() if source is None else read_jsonl(source)
 
 
 # ----------------------------------------------------------------------------------------------- tokens
@@ -199,6 +181,15 @@ def write_jsonl(path: str | os.PathLike, conversations: list[Turns]) -> None:
     write_text(path, "".join(json.dumps({"messages": c}, ensure_ascii=False) + "\n" for c in conversations))
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[Turns]:
-    """Conversations of a JSONL written by :func:`write_jsonl` (or any user JSONL)."""
-    yield from read_jsonl(path)
+def mask_report(tokenizer, turns: Turns, sample: Tokenized) -> list[dict]:
+    """Per supervised assistant turn: does its masked run decode to exactly the reply (+ end-of-turn marker)?"""
+    replies = [t["content"] for j, t in enumerate(turns) if t["role"] == "assistant" and j > 0]
+    runs = masked_text(tokenizer, sample.input_ids, sample.loss_mask)
+    rows = []
+    for k, (a, b) in enumerate(sample.spans):
+        run = runs[k] if k < len(runs) else ""
+        marker = sample.text[a + len(replies[k]) : b]  # what the template appends after the reply
+        cut = len(tokenizer(sample.text[:b], add_special_tokens=False)["input_ids"]) > len(sample.input_ids)
+        rows.append({"turn": k, "reply": replies[k], "masked": run, "end marker": marker,
+                     "equal": run == replies[k] + marker, "cut at seq_length": cut})
+    return rows

@@ -15,18 +15,26 @@ Directory layout written by :func:`build_dataset` (everything speculators reads 
       held_out.jsonl          conversations kept out of training, {"messages": [...]} per line, for evaluation
       eagle3kit_data.json     manifest: verifier identity, aux layer ids, settings, counts, timings
 
-Use it here with :func:`make_loader` (speculators' ``ArrowDataset`` + ``CollateFn`` + eagle3 ``shift_batch``,
-``on_missing="raise"``) and :func:`load_vocab_mapping`; hand the same folder to ``speculators train --data-path``.
-Extraction is resumable: finished files are skipped, bad ones (truncated, NaN, wrong tokens) are made again.
+API (the notebooks keep the directory at ``{workdir}/data``)::
+
+    info = build_dataset("smollm2", out_dir, n_conversations=64, seq_length=512, draft_vocab_size=8192)
+    t2d, d2t = load_vocab_mapping(out_dir, 8192)          # (None, None) for the full vocab
+    loader = make_loader(out_dir, total_seq_len=1024, aux_layer_ids=build.aux_layer_ids)   # packed batches
+    prompts = held_out_prompts(out_dir)                  # chat turns up to the first reply, for evaluation
+    verify_targets(out_dir, n_samples=2)                 # the pre-norm proof, for any speculators data dir
+
+Rows: one per conversation (all its assistant turns supervised), not speculators' one row per assistant turn; a
+conversation whose replies all lie beyond ``seq_length`` is dropped and counted, and the next one is taken, so
+``n_conversations`` is the number of rows. Extraction is resumable: finished files are skipped, bad ones
+(truncated, NaN, wrong tokens) are made again, every file is written atomically.
 """
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import json
 import os
 import shutil
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,16 +44,20 @@ from eagle3kit import conversations as conv
 from eagle3kit import hidden_states as hs
 from eagle3kit import vocab
 from eagle3kit.atomic import write_text
-from eagle3kit.hidden_states import extract  # noqa: F401  (public re-export)
+from eagle3kit.hidden_states import extract, verify_targets  # noqa: F401  (public re-exports)
+from eagle3kit.manifest import (  # noqa: F401  (public re-exports)
+    MANIFEST,
+    DataError,
+    check_compatible,
+    default_aux_layer_ids,
+    read_manifest,
+    require_manifest,
+    verifier_identity,
+)
 from eagle3kit.verifier import Verifier, load_tokenizer, resolve
 
-MANIFEST = "eagle3kit_data.json"
 HELD_OUT = "held_out.jsonl"
 FORMAT_VERSION = 1
-
-
-class DataError(ValueError):
-    """A data directory that cannot be used as asked, with the fix in the message."""
 
 
 @dataclass
@@ -54,6 +66,7 @@ class DatasetInfo:
 
     path: str
     verifier: str
+    verifier_path: str | None
     aux_layer_ids: list[int]
     hidden_size: int
     seq_length: int
@@ -72,68 +85,24 @@ class DatasetInfo:
         return asdict(self)
 
 
-# ----------------------------------------------------------------------------------------------- identity
-def default_aux_layer_ids(num_layers: int) -> list[int]:
-    """speculators' default: ``[2, L // 2, L - 3]``."""
-    return [2, num_layers // 2, num_layers - 3]
-
-
-def verifier_identity(v: Verifier) -> dict:
-    """Name, path, shape and a fingerprint of the config and weight files (cheap: headers and sizes)."""
-    text = v.text_config
-    h = hashlib.sha256(json.dumps(text.to_dict(), sort_keys=True, default=str).encode())
-    if v.path and Path(v.path).is_dir():
-        for f in sorted(Path(v.path).glob("*.safetensors")):
-            h.update(f"{f.name}:{f.stat().st_size}".encode())
-            with f.open("rb") as fh:
-                h.update(fh.read(1 << 16))
-    return {"name": v.name, "path": v.path, "num_hidden_layers": text.num_hidden_layers,
-            "hidden_size": text.hidden_size, "vocab_size": text.vocab_size, "fingerprint": h.hexdigest()[:16]}
-
-
-def read_manifest(data_dir: str | os.PathLike) -> dict | None:
-    path = Path(data_dir) / MANIFEST
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _manifest(data_dir: str | os.PathLike) -> dict:
-    m = read_manifest(data_dir)
-    if m is None:
-        raise DataError(f"{data_dir} has no {MANIFEST}; make the data with eagle3kit.data.build_dataset(out_dir=...).")
-    return m
-
-
-def check_compatible(data_dir: str | os.PathLike, verifier: Verifier | str | None = None,
-                     aux_layer_ids: list[int] | None = None) -> dict:
-    """The manifest, after refusing a directory made with another verifier or other aux layers."""
-    m = _manifest(data_dir)
-    if verifier is not None:
-        mine, theirs = verifier_identity(resolve(verifier)), m["verifier"]
-        if mine["fingerprint"] != theirs["fingerprint"]:
-            raise DataError(
-                f"{data_dir} was made with verifier {theirs['name']!r} ({theirs['path']}), not {mine['name']!r} "
-                f"({mine['path']}); its hidden states do not fit this verifier. Use verifier={theirs['name']!r} "
-                "or build a new data directory."
-            )
-    if aux_layer_ids is not None and list(aux_layer_ids) != m["aux_layer_ids"]:
-        raise DataError(
-            f"{data_dir} holds hidden states of aux layers {m['aux_layer_ids']}, but {list(aux_layer_ids)} were "
-            f"asked for; build the draft with aux_layer_ids={m['aux_layer_ids']} or build a new data directory."
-        )
-    return m
-
-
 # ----------------------------------------------------------------------------------------------- building
 def _arrow_present(out: Path) -> bool:
     return (out / "state.json").exists() and (out / "dataset_info.json").exists() and any(out.glob("data-*.arrow"))
 
 
+_OURS = ("data-*.arrow", "dataset_info.json", "state.json", "token_freq.pt", "d2t-*.npy", "t2d-*.npy", HELD_OUT,
+         MANIFEST, ".*.tmp*", "hidden_states")
+
+
+def _only_ours(out: Path) -> bool:
+    """True when every entry of ``out`` is something build_dataset writes (an interrupted first build)."""
+    return all(any(p.match(pattern) for pattern in _OURS) for p in out.iterdir())
+
+
 def _clear(out: Path) -> None:
-    for pattern in ("data-*.arrow", "dataset_info.json", "state.json", "token_freq.pt", "d2t-*.npy", "t2d-*.npy",
-                    HELD_OUT, MANIFEST):
+    for pattern in _OURS:
         for p in out.glob(pattern):
-            p.unlink()
-    shutil.rmtree(out / "hidden_states", ignore_errors=True)
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
 def _write_arrow(out: Path, rows: list[conv.Tokenized]):
@@ -159,24 +128,34 @@ def _tokenize(v: Verifier, request: dict, out: Path, progress: bool) -> dict:
     from tqdm.auto import tqdm
 
     tokenizer = load_tokenizer(v)
-    sel = conv.load(request["source"], request["n_conversations"], request["held_out"], request["seed"])
+    n, seq_length = request["n_conversations"], request["seq_length"]
+    counts = {"skipped_unusable": 0}
+    stream = conv.ordered(conv.read(request["source"]), request["seed"], counts)
+    held = list(itertools.islice(stream, request["held_out"]))  # first, so it does not depend on n
     rows, dropped, truncated = [], 0, 0
-    for turns in tqdm(sel.train, desc="tokenize", disable=not progress):
-        t = conv.tokenize(tokenizer, turns, request["seq_length"])
-        if sum(t.loss_mask) == 0:
-            dropped += 1
-            continue
-        truncated += t.truncated
-        rows.append(t)
-    if not rows:
-        raise DataError(f"No conversation kept any assistant token within seq_length={request['seq_length']}; "
-                        "raise seq_length.")
+    with tqdm(total=n, desc="tokenize", disable=not progress) as bar:
+        for turns in stream:
+            t = conv.tokenize(tokenizer, turns, seq_length)
+            if sum(t.loss_mask) == 0:  # every assistant token lies beyond seq_length
+                dropped += 1
+                continue
+            truncated += t.truncated
+            rows.append(t)
+            bar.update()
+            if len(rows) == n:
+                break
+    if len(rows) < n:
+        raise DataError(
+            f"Only {len(rows)} conversations with assistant tokens within seq_length={seq_length} are left after "
+            f"{len(held)} held-out ones ({dropped} dropped as empty); ask for fewer "
+            f"(n_conversations<={len(rows)}), a larger seq_length or a bigger source."
+        )
     out.mkdir(parents=True, exist_ok=True)
-    conv.write_jsonl(out / HELD_OUT, sel.held_out)
+    conv.write_jsonl(out / HELD_OUT, held)
     _write_arrow(out, rows)
     vocab.save_token_freq(load_from_disk(str(out)), out)
-    return {"skipped_unusable": sel.skipped_unusable, "dropped_empty": dropped, "truncated": truncated,
-            "n_samples": len(rows), "n_held_out": len(sel.held_out),
+    return {"skipped_unusable": counts["skipped_unusable"], "dropped_empty": dropped, "truncated": truncated,
+            "n_samples": len(rows), "n_held_out": len(held),
             "tokens": sum(len(r.input_ids) for r in rows), "assistant_tokens": sum(sum(r.loss_mask) for r in rows)}
 
 
@@ -228,8 +207,10 @@ def build_dataset(
             what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
             raise DataError(f"{out} was made with other settings ({what}); pass overwrite=True to rebuild it "
                             "or choose another out_dir.")
-    elif out.exists() and any(p.name != "hidden_states" for p in out.iterdir()):
+    elif out.exists() and not _only_ours(out):
         raise DataError(f"{out} is not empty and has no {MANIFEST}; choose an empty or new out_dir.")
+    elif out.exists():
+        _clear(out)  # a first build interrupted before its manifest: start again
 
     if manifest is None or not manifest.get("tokenized") or not _arrow_present(out):
         counts = _tokenize(v, request, out, progress)
@@ -264,8 +245,8 @@ def build_dataset(
     write_text(out / MANIFEST, json.dumps(manifest, indent=2))
     c = manifest["counts"]
     return DatasetInfo(
-        path=str(out), verifier=v.name, aux_layer_ids=aux, hidden_size=text.hidden_size, seq_length=seq_length,
-        dtype=dtype, n_samples=c["n_samples"], n_held_out=c["n_held_out"], tokens=c["tokens"],
+        path=str(out), verifier=v.name, verifier_path=v.path, aux_layer_ids=aux, hidden_size=text.hidden_size,
+        seq_length=seq_length, dtype=dtype, n_samples=c["n_samples"], n_held_out=c["n_held_out"], tokens=c["tokens"],
         assistant_tokens=c["assistant_tokens"],
         counts={k: c[k] for k in ("skipped_unusable", "dropped_empty", "truncated")},
         files={"written": stats["written"], "skipped": len(state["done"]), "remade": len(state["bad"])},
@@ -277,7 +258,7 @@ def build_dataset(
 def load_vocab_mapping(data_dir: str | os.PathLike, draft_vocab_size: int | None
                        ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(t2d, d2t) for ``draft_vocab_size`` from ``DIR/{t2d,d2t}-N.npy`` (made from token_freq.pt if absent)."""
-    m = _manifest(data_dir)
+    m = require_manifest(data_dir)
     return vocab.load_mapping(data_dir, draft_vocab_size, m["verifier"]["vocab_size"])
 
 
@@ -287,11 +268,20 @@ def held_out_conversations(data_dir: str | os.PathLike) -> list[list[dict]]:
     return conv.read_jsonl(path) if path.exists() and path.stat().st_size else []
 
 
+def held_out_prompts(data_dir: str | os.PathLike) -> list[list[dict]]:
+    """Each held-out conversation up to its first assistant reply (render with ``add_generation_prompt=True``)."""
+    out = []
+    for turns in held_out_conversations(data_dir):
+        j = next(j for j, t in enumerate(turns) if t["role"] == "assistant" and j > 0)
+        out.append(turns[:j])
+    return out
+
+
 def check_files(data_dir: str | os.PathLike, full: bool = False) -> None:
     """Raise when a hidden-state file is missing or bad (``full`` also loads each: NaN, token ids)."""
     from datasets import load_from_disk
 
-    m = _manifest(data_dir)
+    m = require_manifest(data_dir)
     samples = [row.tolist() for row in load_from_disk(str(data_dir))["input_ids"]]
     state = hs.scan(Path(data_dir) / "hidden_states", samples, len(m["aux_layer_ids"]) + 1,
                     m["verifier"]["hidden_size"], full=full)
@@ -346,38 +336,3 @@ def make_loader(
     collate = CollateFn(total_seq_len, m["verifier"]["hidden_size"], num_target_layers=len(m["aux_layer_ids"]),
                         dtype=hidden_states_dtype, preprocess=shift_batch)
     return DataLoader(dataset, batch_sampler=sampler, num_workers=0, collate_fn=collate)
-
-
-def verify_targets(data_dir: str | os.PathLike, verifier: Verifier | str | None = None, n_samples: int = 2,
-                   draft_vocab_size: int | None = None) -> dict:
-    """Prove the stored last state is pre-norm: speculators' targets from it vs the verifier's own logits.
-
-    Returns ``{"ok", "argmax_agree", "max_abs_diff", "tokens", "if_normed_twice": {...}}``; the last entry is what
-    storing transformers' (already normed) ``hidden_states[-1]`` would give, for contrast.
-    """
-    from safetensors.torch import load_file
-
-    m = _manifest(data_dir)
-    v = resolve(verifier if verifier is not None else (m["verifier"]["path"] or m["verifier"]["name"]))
-    check_compatible(data_dir, v)
-    t2d, d2t = load_vocab_mapping(data_dir, draft_vocab_size)
-    paths = sorted((Path(data_dir) / "hidden_states").glob("hs_*.safetensors"), key=lambda p: int(p.stem[3:]))
-    if not paths:
-        raise DataError(f"{data_dir} has no hidden-state files yet; run build_dataset first.")
-    files = [load_file(str(p)) for p in paths[:n_samples]]
-    targets = hs.speculators_targets(v, m["aux_layer_ids"], t2d, d2t)
-    logits = hs.verifier_logits(v, [f["token_ids"] for f in files], t2d)
-    agree = agree_twice = total = 0
-    worst = worst_twice = 0.0
-    for f, ref in zip(files, logits, strict=True):
-        last = f["hidden_states"][:, -1].float()
-        ours, twice = targets(last), targets(targets.norm(last))
-        agree += int((ours.argmax(-1) == ref.argmax(-1)).sum())
-        agree_twice += int((twice.argmax(-1) == ref.argmax(-1)).sum())
-        worst = max(worst, float((ours - ref).abs().max()))
-        worst_twice = max(worst_twice, float((twice - ref).abs().max()))
-        total += ref.shape[0]
-    tol = 1e-2 if m["request"]["dtype"] == "float32" else 0.5
-    return {"ok": agree == total and worst < tol, "argmax_agree": agree / total, "max_abs_diff": worst,
-            "tolerance": tol, "tokens": total, "samples": len(files),
-            "if_normed_twice": {"argmax_agree": agree_twice / total, "max_abs_diff": worst_twice}}

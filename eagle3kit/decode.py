@@ -99,7 +99,7 @@ def draft_step(draft, hidden: torch.Tensor, input_ids: torch.Tensor, position_id
     return draft.lm_head(draft.norm(x)), x
 
 
-def _check(draft, k: int) -> None:
+def _check(draft, k: int, length: int) -> None:
     if draft._attn_impl not in ("sdpa", "eager"):  # noqa: SLF001
         raise ValueError(
             f"The draft uses attn_implementation={draft._attn_impl!r}; the decode loop needs a dense mask: build "  # noqa: SLF001
@@ -107,13 +107,19 @@ def _check(draft, k: int) -> None:
         )
     if k < 1:
         raise ValueError(f"k={k}: propose at least one draft token per round.")
+    window = getattr(draft, "sliding_window", None)
+    if draft.uses_sliding_window_attn and window and length + k > window:
+        raise ValueError(
+            f"Prompt + new tokens ({length}) exceed the draft's sliding window ({window}); this decode loop uses a "
+            "causal mask without a window: use shorter prompts or fewer new tokens."
+        )
 
 
 @torch.no_grad()
 def speculative_generate(verifier, draft, input_ids: torch.Tensor, max_new_tokens: int, k: int = 3,
                          eos_token_id: int | list[int] | None = None) -> DecodeResult:
     """Greedy chain speculative decoding of ``input_ids`` ([1, P]) for up to ``max_new_tokens`` tokens."""
-    _check(draft, k)
+    _check(draft, k, input_ids.shape[1] + max_new_tokens)
     aux_ids = list(draft.config.eagle_aux_hidden_state_layer_ids)
     eos = set([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id or [])
     device = next(draft.parameters()).device

@@ -216,3 +216,13 @@ def plot_acceptance(results: dict[str, Acceptance]):
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def compare(verifier_model, tokenizer, drafts: dict, prompts: list[torch.Tensor], max_new_tokens: int, k: int,
+            run_decode: bool = True, progress: bool = True) -> tuple[pd.DataFrame, dict, dict]:
+    """Greedy continuations once, then simulated (and real, with ``run_decode``) acceptance for each named draft."""
+    conts = continuations(verifier_model, prompts, max_new_tokens, tokenizer.eos_token_id, progress)
+    sim = {name: simulate(verifier_model, d, prompts, conts, k, progress) for name, d in drafts.items()}
+    real = ({name: decode(verifier_model, d, prompts, conts, k, tokenizer.eos_token_id, progress)
+             for name, d in drafts.items()} if run_decode else {})
+    return summary_table(sim, real), sim, real

@@ -170,10 +170,16 @@ def speculators_targets(verifier, aux_layer_ids, t2d=None, d2t=None) -> _Targets
     """Build the speculators draft (verifier weights loaded) and return its target head."""
     from eagle3kit.config import build_config, build_model
 
+    from loguru import logger
+
     draft_vocab = int(t2d.sum()) if t2d is not None else None
     build = build_config(verifier=verifier, aux_layer_ids=list(aux_layer_ids), draft_vocab_size=draft_vocab,
                          device="cpu", training=False)
-    return _Targets(build_model(build, t2d, d2t).float().eval())
+    logger.disable("speculators")  # its weight loader logs every file it opens
+    try:
+        return _Targets(build_model(build, t2d, d2t).float().eval())
+    finally:
+        logger.enable("speculators")
 
 
 @torch.no_grad()
@@ -187,3 +193,49 @@ def verifier_logits(verifier, token_ids: list[torch.Tensor], t2d: torch.Tensor |
         logits = model(input_ids=ids.to(torch.long)[None], use_cache=False).logits[0].float()
         out.append(logits[:, t2d] if t2d is not None else logits)
     return out
+
+
+def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 2,
+                   draft_vocab_size: int | None = None) -> dict:
+    """Prove the stored last state is pre-norm: speculators' targets from it vs the verifier's own logits.
+
+    Works on any speculators data directory (pass ``verifier`` when it has no eagle3kit manifest). Returns
+    ``{"ok", "argmax_agree", "max_abs_diff", "tolerance", "tokens", "samples", "if_normed_twice": {...}}``; the last
+    entry is what storing transformers' (already normed) ``hidden_states[-1]`` would have given, for contrast.
+    """
+    from safetensors.torch import load_file
+
+    from eagle3kit import vocab
+    from eagle3kit.manifest import MANIFEST, DataError, check_compatible, default_aux_layer_ids, read_manifest
+    from eagle3kit.verifier import resolve
+
+    m = read_manifest(data_dir)
+    if verifier is None and m is None:
+        raise DataError(f"{data_dir} has no {MANIFEST}; pass verifier=... (the model that made the hidden states).")
+    v = resolve(verifier if verifier is not None else (m["verifier"]["path"] or m["verifier"]["name"]))
+    if m is not None:
+        check_compatible(data_dir, v)
+    aux = m["aux_layer_ids"] if m else default_aux_layer_ids(v.text_config.num_hidden_layers)
+    t2d, d2t = vocab.load_mapping(data_dir, draft_vocab_size, v.text_config.vocab_size)
+    paths = sorted((Path(data_dir) / "hidden_states").glob("hs_*.safetensors"), key=lambda p: int(p.stem[3:]))
+    if not paths:
+        raise DataError(f"{data_dir}/hidden_states holds no hs_*.safetensors files; run build_dataset first.")
+    files = [load_file(str(p)) for p in paths[:n_samples]]
+    targets = speculators_targets(v, aux, t2d, d2t)
+    logits = verifier_logits(v, [f["token_ids"] for f in files], t2d)
+    agree = agree_twice = total = 0
+    worst = worst_twice = 0.0
+    for f, ref in zip(files, logits, strict=True):
+        last = f["hidden_states"][:, -1].float()
+        ours, twice = targets(last), targets(targets.norm(last))
+        agree += int((ours.argmax(-1) == ref.argmax(-1)).sum())
+        agree_twice += int((twice.argmax(-1) == ref.argmax(-1)).sum())
+        worst = max(worst, float((ours - ref).abs().max()))
+        worst_twice = max(worst_twice, float((twice - ref).abs().max()))
+        total += ref.shape[0]
+    exact = files[0]["hidden_states"].dtype == torch.float32
+    tol, min_agree = (1e-2, 1.0) if exact else (1.0, 0.98)  # bf16/fp16 states: near-ties may flip
+    return {"ok": agree / total >= min_agree and worst < tol, "argmax_agree": agree / total, "max_abs_diff": worst,
+            "tolerance": tol, "tokens": total, "samples": len(files),
+            "stored_dtype": str(files[0]["hidden_states"].dtype),
+            "if_normed_twice": {"argmax_agree": agree_twice / total, "max_abs_diff": worst_twice}}

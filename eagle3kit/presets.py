@@ -16,6 +16,36 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"num_layers": 1, "draft_arch": "llama", "ttt_steps": 3, "forward_tokens": 128},
         "demo": {"num_layers": 1, "draft_arch": "llama", "ttt_steps": 3, "forward_tokens": 256},
     },
+    "02": {
+        "ci": {"seq_len": 128, "ttt_steps": 3, "probe_timeout": 120, "repeats": 2, "draft_vocab_size": 4096},
+        "demo": {"seq_len": 256, "ttt_steps": 3, "probe_timeout": 300, "repeats": 5, "draft_vocab_size": 0},
+    },
+    "03": {
+        "ci": {"n_documents": 24, "total_seq_len": 3072, "ttt_steps": 3, "sliding_window": 256,
+               "long_seq_len": 4096, "check_seq_len": 1024},
+        "demo": {"n_documents": 64, "total_seq_len": 8192, "ttt_steps": 3, "sliding_window": 1024,
+                 "long_seq_len": 32768, "check_seq_len": 2048},
+    },
+    "04": {
+        "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
+               "dtype": "float32"},
+        "demo": {"n_conversations": 320, "seq_length": 1024, "draft_vocab_size": 8192, "held_out": 16,
+                 "batch_size": 4, "dtype": "float32"},
+    },
+    "05": {
+        "ci": {"n_conversations": 8, "seq_length": 192, "draft_vocab_size": 2048, "total_seq_len": 384,
+               "lr": 1e-3, "first_steps": 2, "run_steps": 3, "n_gpus": 8},
+        "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 8192, "total_seq_len": 2048,
+                 "lr": 1e-3, "first_steps": 3, "run_steps": 80, "n_gpus": 8},
+    },
+    "06": {
+        "ci": {"resume_from_05": True, "train_steps": 3, "lr": 1e-3, "total_seq_len": 512, "n_conversations": 8,
+               "seq_length": 256, "draft_vocab_size": 2048, "n_prompts": 2, "max_new_tokens": 24,
+               "max_prompt_tokens": 64, "k": 0},
+        "demo": {"resume_from_05": True, "train_steps": 60, "lr": 1e-3, "total_seq_len": 2048, "n_conversations": 64,
+                 "seq_length": 1024, "draft_vocab_size": 8192, "n_prompts": 8, "max_new_tokens": 96,
+                 "max_prompt_tokens": 128, "k": 0},
+    },
 }
 
 NAMES = tuple(COMMON)

@@ -13,16 +13,16 @@ import dataclasses
 import os
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 
 from eagle3kit import checkpoint as ckpt
 from eagle3kit.config import DraftBuild, DraftSpec, build_config, build_model
-from eagle3kit.train_data import Batches, load_mappings
+from eagle3kit.train_data import Batches, load_mappings, quiet
 
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
 
@@ -91,8 +91,7 @@ class TrainSession:
         self.loss_config = resolve_loss_config(s.loss_fn, s.loss_implementation)
         torch.manual_seed(s.seed)
         t2d, d2t = load_mappings(self.data_dir, self.build)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with quiet():
             self.model = build_model(self.build, t2d=t2d, d2t=d2t)
         self.model.train()
         self.optimizer = torch.optim.AdamW(self.model.named_parameters(), lr=s.lr, weight_decay=s.weight_decay)
@@ -140,7 +139,8 @@ class TrainSession:
             self.optimizer.zero_grad()
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            values = dict(zip(metrics, torch.stack([v.float().reshape(()) for v in metrics.values()]).tolist()))
+            stacked = torch.stack([v.float().reshape(()) for v in metrics.values()]).tolist()  # one sync
+            values = dict(zip(metrics, stacked, strict=True))
             if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
                 self.optimizer.zero_grad()
                 where = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
@@ -163,14 +163,14 @@ class TrainSession:
             self.history.append(record)
             return record
 
-    def run(self, n: int, callback: Callable[[dict], Any] | None = None, checkpoint_dir: str | os.PathLike | None = None,
+    def run(self, n: int, callback: Callable[[dict], Any] | None = None,
+            checkpoint_dir: str | os.PathLike | None = None,
             checkpoint_every: int | None = None) -> list[dict[str, Any]]:
         """Take up to ``n`` steps with a tqdm bar; ``callback(record)`` after each; ``request_stop()`` ends it after
         the current step. With ``checkpoint_dir``, save every ``checkpoint_every`` steps and at the end; on a
         non-finite loss the last good checkpoint is kept and the error is raised."""
         from tqdm.auto import tqdm
 
-        self._stop.clear()
         done: list[dict[str, Any]] = []
         bar = tqdm(total=n, desc="train", unit="step", disable=not self.progress)
         try:
@@ -187,12 +187,13 @@ class TrainSession:
                     self.save(checkpoint_dir)
         finally:
             bar.close()
+            self._stop.clear()
         if checkpoint_dir and done:
             self.save(checkpoint_dir)
         return done
 
     def request_stop(self) -> None:
-        """Ask a running ``run()`` (e.g. in another thread) to stop after its current step."""
+        """Ask the current (or, if none runs, the next) ``run()`` to stop after its current step."""
         self._stop.set()
 
     def history_frame(self):
@@ -226,10 +227,12 @@ class TrainSession:
                                                         state, session)
             return self.last_checkpoint
 
-    def load(self, directory: str | os.PathLike) -> TrainSession:
+    def load(self, directory: str | os.PathLike, _moved_data: bool = False) -> TrainSession:
         """Restore a checkpoint made by a session with this very configuration (else a clear error)."""
-        saved = ckpt.read_session(directory)
-        ckpt.check_fingerprint(saved["fingerprint"], self.fingerprint(), directory)
+        saved = ckpt.read_session(directory)["fingerprint"]
+        if _moved_data:
+            saved["data_dir"] = str(self.data_dir)
+        ckpt.check_fingerprint(saved, self.fingerprint(), directory)
         with self._lock:
             state = ckpt.load_training_state(directory, self.model, self.optimizer, self.scheduler)
             self.global_step = state["global_step"]
@@ -243,19 +246,9 @@ class TrainSession:
                progress: bool = True) -> TrainSession:
         """Rebuild the session a checkpoint was made by and restore it (``data_dir`` if the data moved)."""
         saved = ckpt.read_session(directory)
-        spec = DraftSpec(**saved["spec"])
-        session = cls(data_dir or saved["data_dir"], spec, progress=progress, **saved["settings"])
-        if data_dir is not None:
-            saved["fingerprint"]["data_dir"] = str(session.data_dir)
-        ckpt.check_fingerprint(saved["fingerprint"], session.fingerprint(), directory)
-        return session.load(directory) if data_dir is None else session._load_unchecked(directory)
-
-    def _load_unchecked(self, directory: str | os.PathLike) -> TrainSession:
-        state = ckpt.load_training_state(directory, self.model, self.optimizer, self.scheduler)
-        self.global_step, self.history = state["global_step"], list(state["history"])
-        self.batches.seek(state["epoch"], state["index"])
-        self.last_checkpoint = Path(directory)
-        return self
+        session = cls(data_dir or saved["data_dir"], DraftSpec(**saved["spec"]), progress=progress,
+                      **saved["settings"])
+        return session.load(directory, _moved_data=data_dir is not None)
 
     def export(self, directory: str | os.PathLike, dtype: str = "float32") -> Path:
         """The draft alone in speculators' format (``save_pretrained``), written atomically."""

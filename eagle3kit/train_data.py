@@ -1,14 +1,18 @@
-"""The batches a :class:`~eagle3kit.train.TrainSession` trains on, at an exact, resumable position.
+"""What a :class:`~eagle3kit.train.TrainSession` trains on: its batches at an exact, resumable position, and inputs.
 
-They come from :func:`eagle3kit.data.make_loader`: speculators' ``ArrowDataset`` + ``MultipackDistributedBatchSamplerV2``
-+ ``CollateFn`` (eagle3 ``shift_batch``), i.e. the very batches ``speculators train`` packs on one GPU for the same
-``total_seq_len``, ``seed`` and ``train_data_ratio``. They are driven here the way a ``DataLoader`` with
-``num_workers=0`` drives them, so that the position (epoch, batch index) can be saved and sought without replaying.
+They come from :func:`eagle3kit.data.make_loader`: speculators' ``ArrowDataset`` +
+``MultipackDistributedBatchSamplerV2`` + ``CollateFn`` (eagle3 ``shift_batch``), i.e. the very batches
+``speculators train`` packs on one GPU for the same ``total_seq_len``, ``seed`` and ``train_data_ratio``. They are
+driven here the way a ``DataLoader`` with ``num_workers=0`` drives them, so that the position (epoch, batch index)
+can be saved and sought without replaying. The helpers below find a session's inputs (data, verifier, draft shape).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +87,57 @@ class Batches:
         self.epoch, self.index = epoch, index
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence speculators' weight loader (it logs every file it opens via loguru) and its warnings."""
+    from loguru import logger
+
+    logger.disable("speculators")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.enable("speculators")
+
+
 def data_verifier(data_dir: str | os.PathLike) -> str:
     """The verifier a data directory was made with (its path, else its name), from the manifest."""
     manifest = data.check_compatible(data_dir)
     v = manifest["verifier"]
     return v.get("path") or v["name"]
+
+
+def spec_from_config(config_dir: str | os.PathLike, **overrides):
+    """The :class:`~eagle3kit.config.DraftSpec` of a saved draft ``config.json`` (e.g. notebook 01's) + overrides."""
+    import json
+
+    from eagle3kit.config import DraftSpec
+
+    path = Path(config_dir) / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist; run notebook 01 (or eagle3kit.config.save_config) first.")
+    cfg = json.loads(path.read_text())
+    tl = cfg["transformer_layer_config"]
+    kinds = tl.get("layer_types") or []
+    spec = DraftSpec(
+        verifier=cfg["speculators_config"]["verifier"]["name_or_path"], num_layers=tl["num_hidden_layers"],
+        draft_arch=tl["model_type"], ttt_steps=cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"],
+        aux_layer_ids=list(cfg["eagle_aux_hidden_state_layer_ids"]), hidden_act=tl["hidden_act"],
+        sliding_window=tl.get("sliding_window") or 2048,
+        full_attention_indices=[i for i, k in enumerate(kinds) if k == "full_attention"],
+        **{k: cfg[k] for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output",
+                                "embed_requires_grad")},
+    )
+    for key, value in overrides.items():
+        setattr(spec, key, value)
+    return spec
+
+
+def data_draft_vocab_size(data_dir: str | os.PathLike) -> int | None:
+    """The draft vocab size the data directory has a mapping for, when it has exactly one (else None)."""
+    sizes = list(data.check_compatible(data_dir).get("vocab") or {})
+    return int(sizes[0]) if len(sizes) == 1 else None
 
 
 def load_mappings(data_dir: str | os.PathLike, build) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -96,3 +146,15 @@ def load_mappings(data_dir: str | os.PathLike, build) -> tuple[torch.Tensor | No
     if size == build.verifier.text_config.vocab_size:
         return None, None
     return data.load_vocab_mapping(data_dir, size)
+
+
+def find_or_build_data(workdir: str | os.PathLike, verifier: str, rebuild: bool = False, **build_kwargs) -> Path:
+    """Notebook 04's data (``workdir/data``) when it is complete and ``rebuild`` is False; else a small one made
+    here with :func:`eagle3kit.data.build_dataset` in ``workdir/data_05`` (resumable; ``build_kwargs`` go to it)."""
+    theirs = Path(workdir) / "data"
+    manifest = data.read_manifest(theirs)
+    if not rebuild and manifest is not None and manifest.get("complete"):
+        return theirs
+    mine = Path(workdir) / "data_05"
+    data.build_dataset(verifier, mine, **build_kwargs)
+    return mine

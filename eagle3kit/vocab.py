@@ -54,7 +54,9 @@ def build_mapping(data_dir: str | os.PathLike, draft_vocab_size: int, target_voc
     from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
 
     if not 0 < draft_vocab_size <= target_vocab_size:
-        raise ValueError(f"draft_vocab_size={draft_vocab_size} must be in 1..{target_vocab_size} (the verifier's vocab).")
+        raise ValueError(
+            f"draft_vocab_size={draft_vocab_size} must be in 1..{target_vocab_size} (the verifier's vocab)."
+        )
     d2t, t2d = build_vocab_mappings_from_distribution(load_token_freq(data_dir), draft_vocab_size, target_vocab_size)
     d2t_path, t2d_path = mapping_paths(data_dir, draft_vocab_size)
     _save_npy(d2t_path, d2t.cpu().numpy())

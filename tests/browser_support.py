@@ -257,7 +257,7 @@ class Notebook:
         return self.page.evaluate("""() => {
             const w = window.jupyterapp.shell.currentWidget;
             const cells = w.content.widgets.filter(c => c.model.type === 'code');
-            const out = {counts: [], pending: 0, errors: [], last_outputs: 0};
+            const out = {counts: [], pending: 0, errors: []};
             for (const c of cells) {
                 out.counts.push(c.model.executionCount);
                 if (c.promptNode && c.promptNode.textContent.includes('*')) out.pending += 1;
@@ -266,37 +266,52 @@ class Notebook:
                     if (o.output_type === 'error') out.errors.push(o.ename + ': ' + o.evalue);
                 }
             }
-            if (cells.length) out.last_outputs = cells[cells.length - 1].model.outputs.length;
             return out;
         }""")
 
     def wait_run_complete(self, timeout: float = 300) -> dict:
-        """Wait until every code cell ran (a count, no ``[*]``), the kernel is idle and the last cell has output."""
-        deadline = time.monotonic() + timeout
+        """Wait until every code cell has run (an execution count, no ``[*]``, the last cell's count the highest)
+        and the kernel has stayed idle for a second; fail at once on an error output."""
+        deadline, idle_since = time.monotonic() + timeout, None
         while True:
             state = self.cells_state()
             if state["errors"]:
                 raise AssertionError(f"a cell raised: {state['errors'][0]}")
-            done = state["counts"] and all(c is not None for c in state["counts"]) and not state["pending"]
-            if done and state["last_outputs"] > 0 and self.kernel_status() == "idle":
-                return state
+            counts = state["counts"]
+            done = (counts and all(c is not None for c in counts) and not state["pending"]
+                    and counts[-1] == max(counts))
+            if done and self.kernel_status() == "idle":
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since >= 1.0:
+                    return state
+            else:
+                idle_since = None
             if time.monotonic() > deadline:
                 raise TimeoutError(f"notebook not finished after {timeout:.0f}s: {state}")
-            time.sleep(0.5)
+            time.sleep(0.25)
 
     def assert_widgets_rendered(self, timeout: float = 30) -> None:
         """ipywidgets views exist in the page (the jupyterlab_widgets extension is live), none stuck loading."""
         self.page.locator(".jp-OutputArea-output .jupyter-widgets").first.wait_for(timeout=timeout * 1000)
-        body = self.page.locator(".jp-NotebookPanel:visible").inner_text()
+        body = " ".join(self.page.locator(".jp-NotebookPanel:visible .jp-OutputArea").all_text_contents())
         for bad in ("Loading widget...", "Error displaying widget", "model not found"):
             assert bad not in body, f"the page shows {bad!r}: the widget did not render"
 
 
 class Widgets:
-    """ipywidgets controls found by their description, as a person finds them on screen."""
+    """ipywidgets controls found by their description, as a person finds them on screen.
 
-    def __init__(self, page, scope: str = ".jp-NotebookPanel:visible"):
-        self.page, self.root = page, page.locator(scope)
+    ``within`` is a CSS selector or a playwright Locator (default: the notebook shown).
+    """
+
+    def __init__(self, page, within=".jp-NotebookPanel:visible"):
+        self.page = page
+        self.root = page.locator(within) if isinstance(within, str) else within
+
+    @staticmethod
+    def box_of(page, selector: str):
+        """The innermost widget VBox that contains ``selector`` (e.g. one widget's whole UI)."""
+        return page.locator(f".jp-NotebookPanel:visible .widget-vbox:has({selector})").last
 
     def control(self, description: str):
         """The control row (label + input) whose label reads ``description``."""
@@ -312,7 +327,7 @@ class Widgets:
         box = self.control(description)
         classes = box.get_attribute("class") or ""
         if "widget-slider" in classes:
-            return box.locator(".widget-readout").inner_text().strip()
+            return (box.locator(".widget-readout").text_content() or "").strip()
         if box.locator("select").count():
             return box.locator("select").input_value()
         return box.locator("input").first.input_value()
@@ -347,15 +362,16 @@ def _xpath_str(text: str) -> str:
     return "concat('" + "', \"'\", '".join(text.split("'")) + "')"
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
-    """Poll ``predicate`` until it returns something truthy; its value, or a TimeoutError naming ``what``."""
+def wait_for(predicate, timeout: float, what, interval: float = 0.25):
+    """Poll ``predicate`` until it returns something truthy; its value, or a TimeoutError naming ``what``
+    (a string, or a callable giving one, evaluated at the timeout)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} (waited {timeout:.0f}s)")
+            raise TimeoutError(f"{what() if callable(what) else what} (waited {timeout:.0f}s)")
         time.sleep(interval)
 
 
@@ -363,6 +379,24 @@ def image_bytes(locator) -> bytes:
     """The pixels of an element as PNG bytes (what a person sees)."""
     locator.scroll_into_view_if_needed()
     return locator.screenshot()
+
+
+def save_small_png(png: bytes, path: Path, max_width: int = 1000, limit: int = 200_000) -> Path:
+    """Write a screenshot as a small palette PNG (for docs/img); fails if it stays over ``limit`` bytes."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    if image.width > max_width:
+        image = image.resize((max_width, round(image.height * max_width / image.width)), Image.LANCZOS)
+    small = image.quantize(colors=128, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    buffer = io.BytesIO()
+    small.save(buffer, format="PNG", optimize=True)
+    assert buffer.tell() < limit, f"{path.name} is {buffer.tell():,} bytes after compression (limit {limit:,})"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    tmp.write_bytes(buffer.getvalue())
+    tmp.replace(path)
+    return path
 
 
 def pixel_difference(a: bytes, b: bytes) -> float:
@@ -395,7 +429,8 @@ def lab(tmp_path_factory) -> Iterator[LabServer]:
         t0 = time.perf_counter()
         killed = server.stop()
         left = [pid for pid in server.known | {server.proc.pid} if alive(pid)]
-        print(f"JupyterLab stopped in {time.perf_counter() - t0:.1f}s; force-killed {killed or 'none'}; left alive: {left or 'none'}", flush=True)
+        print(f"JupyterLab stopped in {time.perf_counter() - t0:.1f}s; force-killed {killed or 'none'}; "
+              f"left alive: {left or 'none'}", flush=True)
         assert not left, f"processes left behind after stopping JupyterLab: {left}"
 
 

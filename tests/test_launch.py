@@ -1,0 +1,95 @@
+"""Scale-out through speculators' own trainer: YAML validated by TrainConfig, torchrun command, CPU dry run."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from eagle3kit import launch
+from eagle3kit.config import build_config
+from eagle3kit.train import TrainSettings
+
+SEQ = 256
+VOCAB = 512
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    from eagle3kit.data import build_dataset
+
+    out = tmp_path_factory.getbasetemp() / "eagle3kit-train-tiny-data"
+    build_dataset("tiny", out, n_conversations=12, seq_length=SEQ, held_out=2, draft_vocab_size=VOCAB, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def build():
+    return build_config(verifier="tiny", draft_vocab_size=VOCAB, device="cpu")
+
+
+def test_yaml_is_speculators_train_config(build, tiny_data, tmp_path):
+    settings = TrainSettings(total_seq_len=SEQ, lr=3e-4, seed=7, max_steps=40).resolved("cpu")
+    plan = launch.write_plan(build, settings, tiny_data, tmp_path, n_gpus=4, fsdp=True)
+    cfg = plan.config
+    assert type(cfg).__name__ == "TrainConfig"
+    assert (cfg.optimizer.optimizer, cfg.optimizer.lr, cfg.seed) == ("adamw", 3e-4, 7)
+    assert (cfg.data.total_seq_len, cfg.trainer.max_steps, cfg.loss.ttt_steps) == (SEQ, 40, 3)
+    assert cfg.draft.target_layer_ids == build.aux_layer_ids and cfg.draft.draft_vocab_size == VOCAB
+    assert cfg.verifier.verifier_name_or_path == build.verifier.path
+    assert yaml.safe_load(plan.yaml)["train"]["draft"]["norm_before_fc"] is True
+    assert plan.command.startswith("torchrun --standalone --nproc_per_node=4 -m speculators.train --config ")
+    assert plan.command.endswith("--fsdp-shard")
+    table = launch.explain_plan(plan)
+    differs = set(table.loc[table["differs"] == "yes", "field"])
+    assert {"optimizer", "total_seq_len", "seed"} <= differs
+    assert not {"norm_before_fc", "norm_output", "norm_before_residual", "ttt_steps"} & differs
+
+
+def test_flex_length_trap_is_refused(build, tiny_data, tmp_path):
+    settings = TrainSettings(total_seq_len=300).resolved("cpu")
+    with pytest.raises(ValueError, match="not a multiple of 128.*e.g. 384"):
+        launch.write_plan(build, settings, tiny_data, tmp_path)
+    plan = launch.write_plan(build, settings, tiny_data, tmp_path, attn_implementation="sdpa")
+    assert plan.config.draft.draft_attn_impl == "sdpa"
+
+
+def test_unknown_yaml_key_is_refused(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("train:\n  verifier:\n    verifier_name_or_path: x\n  optimiser: adamw\n")
+    with pytest.raises(ValueError, match="unrecognised keys"):
+        launch.validate_yaml(path)
+
+
+def test_dry_run_config_equals_eagle3kit_draft(build, tiny_data, tmp_path):
+    """`speculators train --config run.yaml --dry-run` on the CPU writes the config.json eagle3kit built."""
+    settings = TrainSettings(total_seq_len=SEQ).resolved("cpu")
+    plan = launch.write_plan(build, settings, tiny_data, tmp_path, n_gpus=2)
+    table = launch.round_trip(build, plan, tmp_path / "dry")
+    assert len(table) > 30
+    assert table["equal"].all(), table[~table["equal"]].to_string()
+    fields = set(table["field"])
+    assert {"draft_vocab_size", "eagle_aux_hidden_state_layer_ids", "norm_before_fc",
+            "transformer_layer_config.hidden_size"} <= fields
+
+
+def test_round_trip_notices_a_different_draft(build, tiny_data, tmp_path):
+    settings = TrainSettings(total_seq_len=SEQ).resolved("cpu")
+    plan = launch.write_plan(build, settings, tiny_data, tmp_path, n_gpus=1)
+    saved = launch.dry_run(plan, tmp_path / "dry")
+    import json
+
+    theirs = json.loads((saved / "config.json").read_text())
+    other = build_config(verifier="tiny", draft_vocab_size=VOCAB, device="cpu", norm_output=False)
+    table = launch.compare_configs(launch.eagle3kit_config_json(other, tiny_data), theirs)
+    assert list(table.loc[~table["equal"], "field"]) == ["norm_output"]
+
+
+def test_cli_launch_prints_yaml_table_and_command(tiny_data, tmp_path, capsys):
+    from eagle3kit.cli import main
+
+    assert main(["launch", "--data", str(tiny_data), "--out", str(tmp_path), "--total-seq-len", str(SEQ),
+                 "--gpus", "2", "--fsdp"]) == 0
+    out = capsys.readouterr().out
+    assert "draft_vocab_size: 512" in out and "speculators default" in out
+    assert "--nproc_per_node=2 -m speculators.train --config" in out and "--fsdp-shard" in out
+    assert (tmp_path / "run.yaml").exists()

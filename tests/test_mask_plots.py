@@ -1,0 +1,117 @@
+"""Mask figures, the MaskExplorer widget (no kernel), the ``eagle3kit masks`` command and notebook 03's parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from eagle3kit import mask_plots
+from eagle3kit.mask_explorer import MaskExplorer, parse_lengths
+from eagle3kit.masks import MaskInputError, build_mask, document_ids_from_lengths
+
+
+@pytest.fixture(scope="module")
+def mask():
+    return build_mask([300, 200, 77], 640, ttt_steps=3)
+
+
+def _image(ax) -> np.ndarray:
+    return np.asarray(ax.get_images()[0].get_array())
+
+
+def test_token_heatmap_panels_show_the_tile_fractions(mask):
+    fig = mask_plots.plot_token_mask(mask, max_pixels=160)
+    assert isinstance(fig, Figure)
+    panels = [ax for ax in fig.axes if ax.get_images() and ax.get_title()]
+    assert [ax.get_title() for ax in panels][1:] == ["keys added at TTT step 1", "keys added at TTT step 2"]
+    tile = mask_plots.choose_tile(640, 640, 160)
+    assert tile == 4
+    for copy, ax in enumerate(panels):
+        expected = mask.fractions(-1, (0, 640, copy * 640, (copy + 1) * 640), tile).numpy()
+        np.testing.assert_allclose(_image(ax), expected)
+    assert len(panels[0].collections) > 0  # boundary lines were drawn
+
+
+def test_zoomed_heatmap_is_the_exact_token_view(mask):
+    fig = mask_plots.plot_token_mask(mask, region=(250, 350, 250, 350), step=1)
+    panels = [ax for ax in fig.axes if ax.get_images() and ax.get_title()]
+    assert len(panels) == 2
+    np.testing.assert_array_equal(_image(panels[0]), mask.token_view(1, (250, 350, 250, 350)).double().numpy())
+    np.testing.assert_array_equal(_image(panels[1]), mask.token_view(1, (250, 350, 890, 990)).double().numpy())
+
+
+def test_block_map_and_stats_panel(mask):
+    fig = mask_plots.plot_block_map(mask, step=2)
+    np.testing.assert_array_equal(_image(fig.axes[0]), mask.block_classes(2).numpy())
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels[1] == f"partial ({int((mask.block_classes(2) == 1).sum())})"
+    fig = mask_plots.plot_stats(mask)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert len(fig.axes[0].patches) == 3 and len(fig.axes[1].patches) == 9
+
+
+def test_layout_thumbnail_from_a_collator_document_ids_tensor():
+    ids = document_ids_from_lengths([100, 250, 30], 512)[None]  # [1, T] as speculators' collator returns it
+    fig = mask_plots.plot_layout_thumbnail(ids, ttt_steps=2)
+    strip, ax = fig.axes
+    assert "3 documents, 132 padding tokens, 512 tokens x 2 TTT steps" == strip.get_title()
+    assert len(strip.collections) == 4 * 2  # three documents and the padding, once per block of keys
+    tile = mask_plots.choose_tile(512, 1024, 256)
+    assert tile == 4 and _image(ax).shape == (128, 256)
+    np.testing.assert_allclose(_image(ax), build_mask(document_ids=ids, ttt_steps=2).fractions(-1, None, 4).numpy())
+    with pytest.raises(MaskInputError, match="multiple of 128"):
+        mask_plots.plot_layout_thumbnail(torch.zeros(1, 300, dtype=torch.long), ttt_steps=3)
+
+
+def test_explorer_redraws_when_a_control_changes():
+    explorer = MaskExplorer([300, 200, 77, 500], documents=2, padding=10, ttt_steps=2)
+    assert explorer.error is None and explorer.mask.total_seq_len == 512
+    first = explorer.figure
+    explorer.ttt_steps.value = 3
+    assert explorer.figure is not first and explorer.mask.ttt_steps == 3
+    assert len([ax for ax in explorer.figure.axes if ax.get_title()]) == 3
+    explorer.documents.value = 3
+    assert explorer.lengths.value == "300, 200, 77" and explorer.mask.segments()[2] == (2, 500, 577)
+    explorer.sliding_window.value = 16
+    assert explorer.mask.sliding_window == 16 and "window 16" in explorer.status.value
+    explorer.zoom.value = 64
+    explorer.zoom_start.value = 280
+    panel = explorer.figure.axes[0]
+    assert panel.get_xlim() == (280.0, 344.0)
+    explorer.lengths.value = "100, -3"
+    assert explorer.error == "Document lengths must be positive integers; length #1 is -3."
+    assert "color:#c0392b" in explorer.status.value
+    explorer.lengths.value = "100, 30"
+    assert explorer.error is None and explorer.documents.value == 2
+
+
+def test_parse_lengths():
+    assert parse_lengths("300, 512 77") == [300, 512, 77]
+    assert parse_lengths("") == []
+    with pytest.raises(MaskInputError, match="whole numbers"):
+        parse_lengths("3 x")
+
+
+def test_masks_command_prints_stats_and_writes_a_png(tmp_path, capsys):
+    from eagle3kit.cli import main
+
+    png = tmp_path / "mask.png"
+    assert main(["masks", "--lengths", "300,100", "--total-seq-len", "512", "--ttt-steps", "2",
+                 "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "2 documents, total_seq_len 512, 2 TTT steps" in out and "attended_pairs" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["masks", "--lengths", "300,100", "--total-seq-len", "300"]) == 2
+    assert "not a multiple of 128" in capsys.readouterr().err
+
+
+def test_notebook_03_declares_the_preset_parameters():
+    from eagle3kit import presets
+    from eagle3kit.runner import NOTEBOOK_DIR, declared_parameters
+
+    declared = declared_parameters(NOTEBOOK_DIR / "03_blockmask_patterns.ipynb")
+    for preset in presets.NAMES:
+        assert set(presets.NOTEBOOKS["03"][preset]) <= declared
+    assert {"workdir", "seed", "verifier"} <= declared

@@ -1,0 +1,85 @@
+"""The crash-isolated probe, run for real on this CPU (tiny verifier, worker subprocesses)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from eagle3kit import cli, probe
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    assert not torch.cuda.is_available(), "these expectations are for a CPU-only machine"
+    return probe.probe("tiny", "cpu", seq_len=128, ttt_steps=3, progress=False,
+                       extra_cells=[probe.Cell("simple_flex_attention", "forward", 130)])
+
+
+def _row(matrix, backend, mode, seq_len=128):
+    rows = matrix[(matrix.backend == backend) & (matrix["mode"] == mode) & (matrix.seq_len == seq_len)]
+    assert len(rows) == 1
+    return rows.iloc[0]
+
+
+def test_eager_and_sdpa_train_with_equal_loss(matrix):
+    for mode in probe.MODES:
+        eager, sdpa = _row(matrix, "eager", mode), _row(matrix, "sdpa", mode)
+        assert eager.status == "ok" and sdpa.status == "ok", matrix.to_string()
+        assert sdpa.max_abs_dloss < 1e-5 and abs(sdpa.loss - eager.loss) < 1e-5
+        assert sdpa.token_agreement == 1.0
+        assert eager["mask"] == "float additive" and sdpa["mask"] == "bool dense"
+        assert sdpa.seconds > 0
+
+
+def test_flex_backward_on_cpu_is_an_error_row_and_we_live_on(matrix):
+    row = _row(matrix, "simple_flex_attention", "forward+backward")
+    assert row.status == "error" and "backward on CPU" in row.error
+    fwd = _row(matrix, "simple_flex_attention", "forward")  # forward without grad works and matches eager
+    assert fwd.status == "ok" and fwd["mask"] == "BlockMask" and fwd.max_abs_dloss < 1e-5
+    assert os.getpid() > 0  # this process ran every cell above and is still here
+
+
+def test_hf_flex_attention_never_passes_as_correct(matrix):
+    for mode in probe.MODES:
+        row = _row(matrix, "flex_attention", mode)
+        assert row.status != "ok" or row.token_agreement < 1.0 or row.max_abs_dloss > 1e-5, row.to_dict()
+        assert row.status in ("ok", "error", "crashed", "timeout")
+
+
+def test_blockmask_length_error_row(matrix):
+    row = _row(matrix, "simple_flex_attention", "forward", 130)
+    assert row.status == "error" and "larger length" in row.error
+
+
+def test_recommendation_and_chart_come_from_the_rows(matrix):
+    assert probe.recommend(matrix, training=True) in ("eager", "sdpa")
+    assert probe.recommend(matrix, training=False) in ("eager", "sdpa", "simple_flex_attention")
+    fig = probe.timing_figure(matrix)
+    assert len(fig.axes[0].patches) == len(matrix)
+
+
+def test_a_hanging_cell_becomes_a_timeout_row():
+    cells = [probe.Cell("eager", "forward+backward", 2048, 3)]
+    results = probe.run_cells(cells, "tiny", "cpu", timeout_s=0.05, progress=False)
+    assert results[0]["status"] == "timeout" and "killed" in results[0]["error"]
+
+
+def test_cli_probe_prints_the_matrix(capsys):
+    assert cli.main(["probe", "--verifier", "tiny", "--device", "cpu", "--backends", "eager", "sdpa",
+                     "--modes", "forward", "--seq-len", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "sdpa" in out and "token_agreement" in out and "fastest backend" in out
+
+
+def test_a_worker_that_cannot_start_gives_error_rows():
+    cells = probe.matrix_cells(("eager", "sdpa"), ("forward",), seq_len=128)
+    results = probe.run_cells(cells, "no-such-verifier", "cpu", progress=False)
+    assert [r["status"] for r in results.values()] == ["error", "error"]
+    assert all("before the first cell" in r["error"] and "no-such-verifier" in r["error"] for r in results.values())
+
+
+def test_unknown_or_weightless_verifier_is_refused_early():
+    with pytest.raises(ValueError, match="config-only preset"):
+        probe.probe("qwen3-8b", "cpu", progress=False)

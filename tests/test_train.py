@@ -1,0 +1,218 @@
+"""TrainSession on real speculators pieces: metrics per TTT step, parity with a plain loop, bit-exact resume, bad input.
+
+Data: a real (tiny) data directory made by eagle3kit.data from ShareGPT conversations with the tiny verifier.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from eagle3kit.config import DraftSpec, build_config, build_model
+
+SEQ = 256
+VOCAB = 512
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    from eagle3kit.data import build_dataset
+
+    out = tmp_path_factory.getbasetemp() / "eagle3kit-train-tiny-data"
+    build_dataset("tiny", out, n_conversations=12, seq_length=SEQ, held_out=2, draft_vocab_size=VOCAB, progress=False)
+    return out
+
+
+def spec(**kw) -> DraftSpec:
+    return DraftSpec(verifier="tiny", draft_vocab_size=VOCAB, device="cpu", **kw)
+
+
+def session(data, **kw):
+    from eagle3kit.train import TrainSession
+
+    return TrainSession(data, spec(), progress=False, total_seq_len=SEQ, **kw)
+
+
+def test_step_returns_metrics_per_ttt_step(tiny_data):
+    s = session(tiny_data, lr=1e-3, warmup_steps=0)
+    record = s.step()
+    for k in range(3):
+        for name in ("loss", "full_acc", "cond_acc"):
+            assert f"{name}_{k}" in record and math.isfinite(record[f"{name}_{k}"])
+        assert 0.0 <= record[f"full_acc_{k}"] <= 1.0
+    assert record["loss"] == pytest.approx(sum(record[f"loss_{k}"] for k in range(3)), rel=1e-5)
+    assert 0 < record["loss_tokens"] <= record["tokens"] <= SEQ
+    assert record["lr"] == pytest.approx(1e-3) and record["seconds"] > 0
+    assert s.history == [record] and s.global_step == 1 and s.position == (0, 1)
+    assert len(s.history_frame()) == 1
+
+
+def test_step_equals_plain_speculators_loop(tiny_data):
+    """Two TrainSession steps == a loop written against speculators' forward (same batches, seed, AdamW)."""
+    from speculators.losses import resolve_loss_config
+    from transformers import get_linear_schedule_with_warmup
+
+    from eagle3kit.data import load_vocab_mapping, make_loader
+
+    s = session(tiny_data, lr=1e-3, warmup_steps=0, seed=0)
+    records = [s.step(), s.step()]
+
+    torch.manual_seed(0)
+    t2d, d2t = load_vocab_mapping(tiny_data, VOCAB)
+    model = build_model(build_config(spec()), t2d=t2d, d2t=d2t)
+    model.train()
+    opt = torch.optim.AdamW(model.named_parameters(), lr=1e-3, weight_decay=0.01)
+    sched = get_linear_schedule_with_warmup(opt, 0, s.total_steps)
+    loss_config = resolve_loss_config("kl_div", "eager")
+    loader = make_loader(tiny_data, SEQ, torch.float32, train_ratio=0.9, seed=0)
+    for record, batch in zip(records, loader, strict=False):
+        batch = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        _, loss, _ = model(**batch, ttt_steps=3, loss_config=loss_config)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        assert abs(loss.item() - record["loss"]) <= 1e-6
+    mine = dict(s.model.named_parameters())
+    worst = max((p - mine[n]).abs().max().item() for n, p in model.named_parameters())
+    assert worst <= 1e-6
+    torch.manual_seed(0)
+    init = build_model(build_config(spec()), t2d=t2d, d2t=d2t)
+    assert not torch.equal(init.fc.weight, mine["fc.weight"])  # the steps did train
+
+
+def test_resume_equals_uninterrupted_bit_for_bit(tiny_data, tmp_path):
+    from eagle3kit.train import TrainSession
+
+    full = session(tiny_data, lr=2e-3, warmup_steps=1, max_steps=50)
+    full.run(4)
+
+    first = session(tiny_data, lr=2e-3, warmup_steps=1, max_steps=50)
+    first.run(2, checkpoint_dir=tmp_path / "ck")
+    resumed = TrainSession.resume(tmp_path / "ck", progress=False)
+    assert resumed.global_step == 2 and resumed.position == first.position
+    resumed.run(2)
+
+    assert [r["loss"] for r in resumed.history] == [r["loss"] for r in full.history]
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    sa, sb = full.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    assert sa.keys() == sb.keys()
+    assert all(torch.equal(sa[i][m], sb[i][m]) for i in sa for m in sa[i])
+    assert full.scheduler.get_last_lr() == resumed.scheduler.get_last_lr()
+
+
+def test_checkpoint_is_a_speculators_model_dir(tiny_data, tmp_path):
+    from speculators.model import SpeculatorModel
+
+    s = session(tiny_data, warmup_steps=0)
+    s.step()
+    s.save(tmp_path / "ck")
+    loaded = SpeculatorModel.from_pretrained(str(tmp_path / "ck"))
+    assert type(loaded).__name__ == "Eagle3DraftModel"
+    mine = s.model.state_dict()
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, mine[name]), name
+    exported = s.export(tmp_path / "export", dtype="bfloat16")
+    again = SpeculatorModel.from_pretrained(str(exported))
+    assert again.fc.weight.dtype == torch.bfloat16
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
+    from eagle3kit.checkpoint import read_session
+    from eagle3kit.train import TrainingDiverged, TrainSession
+
+    s = session(tiny_data, warmup_steps=0)
+    s.run(1, checkpoint_dir=tmp_path / "ck")
+    before = {n: p.detach().clone() for n, p in s.model.named_parameters() if p.requires_grad}
+    with torch.no_grad():
+        s.model.layers[0].mlp.down_proj.weight[0, 0] = float("nan")
+    before["layers.0.mlp.down_proj.weight"][0, 0] = float("nan")
+    with pytest.raises(TrainingDiverged, match="non-finite.*last good checkpoint is"):
+        s.run(3, checkpoint_dir=tmp_path / "ck", checkpoint_every=1)
+    assert s.global_step == 1 and len(s.history) == 1 and s.position == (0, 1)
+    for n, p in s.model.named_parameters():
+        if p.requires_grad:
+            assert torch.equal(p.nan_to_num(7.0), before[n].nan_to_num(7.0)), n
+    read_session(tmp_path / "ck")
+    good = TrainSession.resume(tmp_path / "ck", progress=False)
+    assert good.global_step == 1 and math.isfinite(good.step()["loss"])
+
+
+def test_bad_input_is_refused_with_a_clear_message(tiny_data, tmp_path):
+    from eagle3kit.checkpoint import CheckpointError
+    from eagle3kit.data import DataError
+    from eagle3kit.train import TrainSession
+
+    with pytest.raises(DataError, match="more than total_seq_len=64"):
+        TrainSession(tiny_data, spec(), total_seq_len=64, progress=False)
+    with pytest.raises(DataError, match="leaves none for training"):
+        session(tiny_data, train_data_ratio=0.01)
+    with pytest.raises(DataError, match="no eagle3kit_data.json"):
+        session(tmp_path)
+    other = build_config(verifier="tiny", device="cpu", aux_layer_ids=[1, 3, 6], draft_vocab_size=VOCAB)
+    with pytest.raises(DataError, match="aux layers"):
+        TrainSession(tiny_data, other, total_seq_len=SEQ)
+    with pytest.raises(ValueError, match="no backward"):
+        TrainSession(tiny_data, spec(attn_implementation="simple_flex_attention"), total_seq_len=SEQ)
+    with pytest.raises(TypeError, match="Unknown training setting"):
+        session(tiny_data, learning_rate=1.0)
+
+    s = session(tiny_data, lr=1e-3)
+    s.save(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match="another configuration.*lr"):
+        session(tiny_data, lr=5e-4).load(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match="not an eagle3kit training checkpoint"):
+        s.load(tmp_path)
+
+
+def test_other_verifier_data_is_refused(tiny_data, smollm2):
+    from eagle3kit.data import DataError
+    from eagle3kit.train import TrainSession
+
+    with pytest.raises(DataError, match="was made with verifier 'tiny'"):
+        TrainSession(tiny_data, DraftSpec(verifier="smollm2", device="cpu"), total_seq_len=SEQ)
+
+
+def test_plots_return_figures(tiny_data):
+    from matplotlib.figure import Figure
+
+    from eagle3kit.train_plots import plot_batch, plot_metrics, plot_step
+
+    s = session(tiny_data, warmup_steps=0)
+    s.run(2)
+    fig = plot_metrics(s.history)
+    assert isinstance(fig, Figure) and len(fig.axes) == 3
+    assert all(len(ax.lines) == 3 for ax in fig.axes)
+    assert isinstance(plot_step(s.history[-1]), Figure)
+    batch = s.peek_batch()
+    assert isinstance(plot_batch(batch["document_ids"], 3, batch["loss_mask"]), Figure)
+    assert isinstance(plot_metrics([]), Figure)
+
+
+def test_spec_from_saved_config_rebuilds_the_same_draft(tmp_path):
+    from eagle3kit.config import save_config
+    from eagle3kit.train_data import spec_from_config
+
+    build = build_config(verifier="tiny", device="cpu", num_layers=2, ttt_steps=4, norm_output=False,
+                         full_attention_indices=[1])
+    save_config(build, tmp_path / "cfg")
+    again = build_config(spec_from_config(tmp_path / "cfg", device="cpu"))
+    save_config(again, tmp_path / "again")
+    assert (tmp_path / "again" / "config.json").read_text() == (tmp_path / "cfg" / "config.json").read_text()
+
+
+def test_cli_train_save_and_resume(tiny_data, tmp_path, capsys):
+    from eagle3kit.cli import main
+
+    ck = tmp_path / "ck"
+    assert main(["train", "--data", str(tiny_data), "--total-seq-len", str(SEQ), "--steps", "1", "--device", "cpu",
+                 "--save", str(ck)]) == 0
+    assert main(["train", "--resume", str(ck), "--steps", "1", "--save", str(ck)]) == 0
+    out = capsys.readouterr().out
+    assert "full_acc_2" in out and "--resume" in out
+    assert main(["train", "--steps", "1"]) == 2  # no data: one clear sentence, no stack trace
+    assert "Pass --data DIR" in capsys.readouterr().err

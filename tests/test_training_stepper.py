@@ -1,0 +1,61 @@
+"""TrainingStepper: buttons clicked without a kernel drive a real TrainSession."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3kit.config import DraftSpec
+
+SEQ = 256
+VOCAB = 512
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    from eagle3kit.data import build_dataset
+
+    out = tmp_path_factory.getbasetemp() / "eagle3kit-train-tiny-data"
+    build_dataset("tiny", out, n_conversations=12, seq_length=SEQ, held_out=2, draft_vocab_size=VOCAB, progress=False)
+    return out
+
+
+def stepper(data, **kw):
+    from eagle3kit.train import TrainSession
+    from eagle3kit.training_stepper import TrainingStepper
+
+    s = TrainSession(data, DraftSpec(verifier="tiny", draft_vocab_size=VOCAB, device="cpu"), progress=False,
+                     total_seq_len=SEQ, warmup_steps=0, **kw)
+    return TrainingStepper(s, n=2)
+
+
+def test_step_and_run_buttons_grow_the_history(tiny_data):
+    ui = stepper(tiny_data)
+    blank = ui.metrics_image.value
+    assert ui.batch_image.value  # the next batch's layout is drawn before any step
+    ui.step_button.click()
+    assert len(ui.session.history) == 1 and ui.error is None
+    assert ui.metrics_image.value != blank and "step 1 of" in ui.status.value
+    ui.run_button.click()  # N = 2, in a worker thread
+    ui.wait(120)
+    assert not ui.running and len(ui.session.history) == 3
+    assert not ui.step_button.disabled and ui.stop_button.disabled
+
+
+def test_stop_button_ends_a_background_run(tiny_data):
+    ui = stepper(tiny_data)
+    ui.n_input.value = 500
+    ui.run_button.click()
+    assert ui.running and ui.step_button.disabled and not ui.stop_button.disabled
+    ui.step_button.click()  # ignored while running
+    ui.stop_button.click()
+    ui.wait(120)
+    assert not ui.running
+    assert 1 <= len(ui.session.history) < 500
+
+
+def test_errors_are_shown_not_raised(tiny_data):
+    ui = stepper(tiny_data, max_steps=1)
+    ui.step_button.click()
+    ui.step_button.click()  # the run is complete: shown in the status line
+    assert len(ui.session.history) == 1
+    assert ui.error and "run is complete" in ui.status.value

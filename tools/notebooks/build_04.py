@@ -1,0 +1,177 @@
+"""Source of notebooks/04_training_data.ipynb (run: python tools/notebooks/build_04.py)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from make_notebook import make_notebook  # noqa: E402
+
+CELLS = [
+    ("md", """
+# 04 · Training data from the real verifier, in speculators' own format
+
+An EAGLE-3 draft learns from the verifier's hidden states: three *aux* layers as input, the last layer as target.
+`speculators` normally gets them from a vLLM server. Here the HF verifier makes the same data on this machine (CPU or
+GPU) and writes it in the layout `speculators train --data-path` reads, so the folder made here trains here
+(notebook 05) **and** on a GPU cluster, unchanged.
+
+Steps: ShareGPT conversations → chat template + assistant loss mask → verifier hidden states →
+`hidden_states/hs_{i}.safetensors` + Arrow dataset + `token_freq.pt` → draft vocab mapping `d2t`/`t2d`.
+"""),
+    ("params", """
+verifier = "smollm2"       # "smollm2" | "tiny" | an HF directory
+n_conversations = 12       # training conversations (ShareGPT V3, chosen by seed)
+held_out = 4               # conversations kept out for evaluation (notebook 06)
+seq_length = 384           # tokens per conversation (longer ones are cut)
+draft_vocab_size = 4096    # 0: the verifier's full vocab
+batch_size = 4
+dtype = "float32"
+seed = 0
+workdir = "../runs/interactive/work"
+"""),
+    ("code", """
+%matplotlib inline
+import json
+from pathlib import Path
+
+import pandas as pd
+import torch
+from IPython.display import HTML, display
+
+from eagle3kit import conversations as conv
+from eagle3kit import data, data_plots, vocab
+from eagle3kit.runner import record_summary
+from eagle3kit.verifier import load_tokenizer
+
+torch.manual_seed(seed)
+workdir = Path(workdir)
+data_dir = workdir / "data"          # notebooks 05 and 06 read the data from here
+dvs = draft_vocab_size or None
+"""),
+    ("md", """
+## Build the data directory
+
+`build_dataset` is resumable: finished `hs_{i}.safetensors` files are skipped, truncated or corrupt ones (NaN, wrong
+token ids, unreadable header) are found with speculators' own checks and made again, and every file is written to a
+temporary name and renamed, so Ctrl-C loses at most the file in flight. The bar shows tokens/s.
+
+Hidden-state conventions, the same as vLLM's: aux layer id *i* is the **input** of decoder layer *i*
+(= HF `hidden_states[i]`, 0 = embeddings); the last stored state is the final decoder layer's output **before** the
+final norm, because speculators applies `verifier_norm` itself.
+"""),
+    ("code", """
+info = data.build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
+                          draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size)
+pd.Series(info.to_dict()).to_frame("value")
+"""),
+    ("code", """
+print("files in", data_dir)
+for p in sorted(data_dir.iterdir()):
+    size = sum(f.stat().st_size for f in p.rglob("*")) if p.is_dir() else p.stat().st_size
+    count = f" ({len(list(p.iterdir()))} files)" if p.is_dir() else ""
+    print(f"  {p.name:<32} {size / 1e6:8.2f} MB{count}")
+again = data.build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
+                           draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
+                           progress=False)
+print("run again:", again.files)
+"""),
+    ("md", """
+## One sample and its loss mask
+
+Only assistant tokens are supervised. The mask follows speculators' render-boundary rule: for each assistant turn,
+what the chat template adds between the prompt (with the generation prompt) and the prompt plus the reply. Green
+tokens train the draft; grey ones are context. Each green run decodes to exactly the assistant's text plus the
+template's end-of-turn marker.
+"""),
+    ("code", """
+tokenizer = load_tokenizer(verifier)
+for turns in data.held_out_conversations(data_dir):  # the first held-out one with an answer inside seq_length
+    sample = conv.tokenize(tokenizer, turns, seq_length)
+    if sum(sample.loss_mask):
+        break
+report = pd.DataFrame(conv.mask_report(tokenizer, turns, sample))
+display(report.assign(reply=report["reply"].str[:50], masked=report["masked"].str[:50]))
+assert (report["equal"] | report["cut at seq_length"]).all(), "a masked run is not the assistant's text"
+HTML(data_plots.mask_html(tokenizer, sample.input_ids, sample.loss_mask, max_tokens=250))
+"""),
+    ("md", """
+## The targets check: is the last state really pre-norm?
+
+speculators computes the draft's targets as `verifier_lm_head(verifier_norm(h_last))`. If `h_last` were already
+normed (transformers' `output_hidden_states[-1]` is), the norm would apply twice and the draft would learn the wrong
+distribution, silently. The check runs speculators' own target head on the stored states and compares with the
+verifier's logits (restricted to the draft vocab).
+"""),
+    ("code", """
+check = data.verify_targets(data_dir, n_samples=2, draft_vocab_size=dvs)
+print(json.dumps(check, indent=2))
+assert check["ok"], "the stored last state does not reproduce the verifier's logits"
+"""),
+    ("md", """
+## Hidden-state norms per stored layer
+
+Residual-stream norms grow with depth; the first token (the attention sink) often stands out.
+"""),
+    ("code", """
+display(data_plots.hidden_state_norms(data_dir, n_samples=4))
+data_plots.plot_hidden_state_norms(data_dir, sample=0)
+"""),
+    ("md", """
+## Draft vocabulary: how much do the most frequent tokens cover?
+
+A draft that predicts over a smaller vocabulary is cheaper (its `lm_head` is the largest matrix). `t2d`/`d2t` come
+from speculators' `build_vocab_mappings_from_distribution` and are saved as `d2t-{N}.npy` / `t2d-{N}.npy`, where
+`speculators train --draft-vocab-size N` finds them. A small dataset has few distinct tokens, so coverage reaches 1
+early; real runs use far more data.
+"""),
+    ("code", """
+freq = vocab.load_token_freq(data_dir)
+curve = vocab.coverage_curve(freq)
+print(f"{len(freq):,} distinct assistant tokens, {sum(freq.values()):,} in all; "
+      f"coverage at draft vocab {dvs or 'full'}: {info.coverage:.4f}")
+data_plots.plot_coverage(curve, dvs)
+"""),
+    ("md", """
+## Loading through speculators
+
+The proof that the format is right: speculators' own `ArrowDataset` (with `on_missing="raise"`, so nothing is
+fetched from a server), its multipack sampler, its `CollateFn` and the eagle3 `shift_batch` preprocessing give the
+packed batches the trainer consumes. Documents are packed into one row; `document_ids` separates them (-1 = padding).
+"""),
+    ("code", """
+loader = data.make_loader(data_dir, total_seq_len=2 * seq_length, aux_layer_ids=info.aux_layer_ids)
+batch = next(iter(loader))
+display(pd.DataFrame([{"key": k, "shape": tuple(v.shape), "dtype": str(v.dtype)} for k, v in batch.items()
+                      if torch.is_tensor(v)]))
+print(f"{len(loader)} packed batches of {2 * seq_length} tokens")
+data_plots.plot_batch(batch)
+"""),
+    ("md", """
+## A mismatch is refused
+
+The directory records the verifier's identity and the aux layer ids. A draft built for other layers would read the
+wrong states; the loader says so instead of training on them.
+"""),
+    ("code", """
+try:
+    data.make_loader(data_dir, total_seq_len=2 * seq_length, aux_layer_ids=[1, 2, 3])
+except data.DataError as exc:
+    print("refused:", exc)
+"""),
+    ("md", """
+## The same folder on a GPU cluster
+
+```
+speculators train --data-path <data_dir> --verifier-name-or-path <verifier dir> --draft-vocab-size <N> ...
+```
+"""),
+    ("code", """
+print(f"speculators train --data-path {data_dir} --verifier-name-or-path {info.verifier_path}"
+      + (f" --draft-vocab-size {dvs}" if dvs else ""))
+record_summary(workdir, "04", samples=info.n_samples, tokens=info.tokens, assistant_tokens=info.assistant_tokens,
+               extraction_tokens_per_s=round(info.tokens_per_s or 0), targets_ok=check["ok"],
+               coverage=round(info.coverage, 4), data_dir=str(data_dir))
+"""),
+]
+
+make_notebook(str(Path(__file__).resolve().parents[2] / "notebooks" / "04_training_data.ipynb"), CELLS)
