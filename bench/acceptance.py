@@ -61,7 +61,8 @@ def main() -> None:
                      "spec_tok_s": round(len(res.tokens) / t_spec, 1), "speedup": round(t_greedy / t_spec, 2)})
     df = pd.DataFrame(rows)
     print(df.to_string(index=False))
-    med = {c: statistics.median(df[c]) for c in ("tau_decode", "tau_simulated", "greedy_tok_s", "spec_tok_s", "speedup")}
+    cols = ("tau_decode", "tau_simulated", "greedy_tok_s", "spec_tok_s", "speedup")
+    med = {c: statistics.median(df[c]) for c in cols}
     print("median:", med, f"lossless {int(df['lossless'].sum())}/{len(df)}")
 
 

@@ -47,12 +47,17 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_data(args: argparse.Namespace) -> int:
     import json
 
+    from eagle3kit.assets import AssetMissingError
     from eagle3kit.data import build_dataset, verify_targets
 
-    info = build_dataset(verifier=args.verifier, out_dir=args.out, n_conversations=args.n_conversations,
-                         seq_length=args.seq_length, draft_vocab_size=args.draft_vocab_size, seed=args.seed,
-                         held_out=args.held_out, source=args.source, dtype=args.dtype, device=args.device,
-                         batch_size=args.batch_size, overwrite=args.overwrite)
+    try:
+        info = build_dataset(verifier=args.verifier, out_dir=args.out, n_conversations=args.n_conversations,
+                             seq_length=args.seq_length, draft_vocab_size=args.draft_vocab_size, seed=args.seed,
+                             held_out=args.held_out, source=args.source, dtype=args.dtype, device=args.device,
+                             batch_size=args.batch_size, overwrite=args.overwrite)
+    except AssetMissingError as exc:  # the ShareGPT package: print its install command
+        print(f"eagle3kit: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(info.to_dict(), indent=2))
     if args.verify:
         result = verify_targets(args.out, n_samples=args.verify, draft_vocab_size=args.draft_vocab_size)

@@ -199,9 +199,11 @@ def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 
                    draft_vocab_size: int | None = None) -> dict:
     """Prove the stored last state is pre-norm: speculators' targets from it vs the verifier's own logits.
 
-    Works on any speculators data directory (pass ``verifier`` when it has no eagle3kit manifest). Returns
-    ``{"ok", "argmax_agree", "max_abs_diff", "tolerance", "tokens", "samples", "if_normed_twice": {...}}``; the last
-    entry is what storing transformers' (already normed) ``hidden_states[-1]`` would have given, for contrast.
+    Works on any speculators data directory (pass ``verifier`` when it has no eagle3kit manifest). ``ok``: max |Δ|
+    below the tolerance and every argmax difference a near-tie (the verifier's own gap within the error). Returns
+    ``{"ok", "argmax_agree", "near_ties", "max_abs_diff", "tolerance", "tokens", "samples", "stored_dtype",
+    "if_normed_twice": {...}}``; the last is what storing transformers' (already normed) ``hidden_states[-1]``
+    would have given, for contrast.
     """
     from safetensors.torch import load_file
 
@@ -223,19 +225,24 @@ def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 
     files = [load_file(str(p)) for p in paths[:n_samples]]
     targets = speculators_targets(v, aux, t2d, d2t)
     logits = verifier_logits(v, [f["token_ids"] for f in files], t2d)
-    agree = agree_twice = total = 0
+    agree = agree_twice = total = unexplained = 0
     worst = worst_twice = 0.0
     for f, ref in zip(files, logits, strict=True):
         last = f["hidden_states"][:, -1].float()
         ours, twice = targets(last), targets(targets.norm(last))
-        agree += int((ours.argmax(-1) == ref.argmax(-1)).sum())
+        pick, diff = ours.argmax(-1), (ours - ref).abs()
+        same = pick == ref.argmax(-1)
+        # a different argmax is a near-tie when the verifier's own gap to it is within the measured error
+        gap = ref.max(-1).values - ref.gather(-1, pick[:, None])[:, 0]
+        unexplained += int((~same & (gap > 2 * diff.max(-1).values)).sum())
+        agree += int(same.sum())
         agree_twice += int((twice.argmax(-1) == ref.argmax(-1)).sum())
-        worst = max(worst, float((ours - ref).abs().max()))
+        worst = max(worst, float(diff.max()))
         worst_twice = max(worst_twice, float((twice - ref).abs().max()))
         total += ref.shape[0]
-    exact = files[0]["hidden_states"].dtype == torch.float32
-    tol, min_agree = (1e-2, 1.0) if exact else (1.0, 0.98)  # bf16/fp16 states: near-ties may flip
-    return {"ok": agree / total >= min_agree and worst < tol, "argmax_agree": agree / total, "max_abs_diff": worst,
-            "tolerance": tol, "tokens": total, "samples": len(files),
-            "stored_dtype": str(files[0]["hidden_states"].dtype),
+    stored = files[0]["hidden_states"].dtype
+    tol = 1e-2 if stored == torch.float32 else 1.0  # bf16/fp16 storage rounds the state
+    return {"ok": unexplained == 0 and worst < tol, "argmax_agree": agree / total, "near_ties": total - agree,
+            "max_abs_diff": worst, "tolerance": tol, "tokens": total, "samples": len(files),
+            "stored_dtype": str(stored),
             "if_normed_twice": {"argmax_agree": agree_twice / total, "max_abs_diff": worst_twice}}

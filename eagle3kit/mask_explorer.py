@@ -6,6 +6,7 @@ All logic lives in plain methods (``layout``, ``redraw``); the controls only cal
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 
 import ipywidgets as widgets
@@ -55,7 +56,10 @@ class MaskExplorer:
         self.zoom = widgets.Dropdown(options=ZOOMS, value=0, description="zoom", style=style)
         self.zoom_start = widgets.IntText(0, description="zoom start", style=style)
         self.status = widgets.HTML()
-        self.output = widgets.Output()
+        # PNG bytes in Image widgets: render in any frontend, no pyplot/inline backend needed, testable headless.
+        self.token_image = widgets.Image(format="png")
+        self.block_image = widgets.Image(format="png")
+        self.output = widgets.HBox([self.token_image, self.block_image])
         self.documents.observe(self._on_documents, "value")
         self.lengths.observe(self._on_lengths, "value")
         for control in (self.padding, self.ttt_steps, self.sliding_window, self.zoom, self.zoom_start):
@@ -132,14 +136,12 @@ class MaskExplorer:
             self.status.value = (f"{docs} documents, {padding} padding tokens, "
                                  f"total_seq_len {m.total_seq_len}, {m.ttt_steps} TTT steps, "
                                  f"window {m.sliding_window or 'off'}; built in {m.build_seconds:.2f}s")
-        try:
-            from IPython import get_ipython
-        except ImportError:
-            return
-        if get_ipython() is None or self.error:
-            return
-        from IPython.display import display
+        if not self.error:
+            self.token_image.value = _png(self.figure)
+            self.block_image.value = _png(self.block_figure)
 
-        self.output.clear_output(wait=True)
-        with self.output:
-            display(self.figure, self.block_figure)
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    return buf.getvalue()

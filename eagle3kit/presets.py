@@ -29,20 +29,22 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "04": {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
                "dtype": "float32"},
-        "demo": {"n_conversations": 320, "seq_length": 1024, "draft_vocab_size": 8192, "held_out": 16,
+        "demo": {"n_conversations": 192, "seq_length": 1024, "draft_vocab_size": 8192, "held_out": 16,
                  "batch_size": 4, "dtype": "float32"},
     },
     "05": {
         "ci": {"n_conversations": 8, "seq_length": 192, "draft_vocab_size": 2048, "total_seq_len": 384,
                "lr": 1e-3, "first_steps": 2, "run_steps": 3, "n_gpus": 8},
-        "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 8192, "total_seq_len": 2048,
-                 "lr": 1e-3, "first_steps": 3, "run_steps": 80, "n_gpus": 8},
+        # demo training budget, shared with 06 (which resumes this session): 05 ~163 + 06 140 steps of 1024
+        # tokens at 1.9-2.8 s/step on 2 cores -> 10-14 min of training in `make demo` (issue 4).
+        "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 8192, "total_seq_len": 1024,
+                 "lr": 2e-3, "first_steps": 3, "run_steps": 160, "n_gpus": 8},
     },
     "06": {
         "ci": {"resume_from_05": True, "train_steps": 3, "lr": 1e-3, "total_seq_len": 512, "n_conversations": 8,
                "seq_length": 256, "draft_vocab_size": 2048, "n_prompts": 2, "max_new_tokens": 24,
                "max_prompt_tokens": 64, "k": 0},
-        "demo": {"resume_from_05": True, "train_steps": 60, "lr": 1e-3, "total_seq_len": 2048, "n_conversations": 64,
+        "demo": {"resume_from_05": True, "train_steps": 140, "lr": 2e-3, "total_seq_len": 1024, "n_conversations": 64,
                  "seq_length": 1024, "draft_vocab_size": 8192, "n_prompts": 8, "max_new_tokens": 96,
                  "max_prompt_tokens": 128, "k": 0},
     },

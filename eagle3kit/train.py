@@ -188,7 +188,7 @@ class TrainSession:
         finally:
             bar.close()
             self._stop.clear()
-        if checkpoint_dir and done:
+        if checkpoint_dir and done and not (checkpoint_every and self.global_step % checkpoint_every == 0):
             self.save(checkpoint_dir)
         return done
 

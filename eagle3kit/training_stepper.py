@@ -51,7 +51,8 @@ class TrainingStepper:
     # ------------------------------------------------------------------------------------------- actions
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        thread = self._thread  # the worker itself asks while finishing: it is not "running" any more then
+        return thread is not None and thread.is_alive() and thread is not threading.current_thread()
 
     def step(self) -> dict[str, Any] | None:
         """One training step (ignored while Run N is running); errors are shown, not raised."""

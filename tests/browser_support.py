@@ -3,7 +3,7 @@
 The server runs from this project's environment on 127.0.0.1 with a free port and a random token, with its own
 config/data/runtime/settings folders (so nothing of the user's leaks in or out), and is stopped at the end with no
 process left behind. The browser is ``/usr/bin/chromium`` launched by playwright (no browser download).
-Every step is named with :func:`step`; a failing step keeps its screenshot and the error names the step.
+A test names its steps with :class:`Steps`; a failing step keeps its screenshot and the error names the step.
 """
 
 from __future__ import annotations
@@ -375,12 +375,6 @@ def wait_for(predicate, timeout: float, what, interval: float = 0.25):
         time.sleep(interval)
 
 
-def image_bytes(locator) -> bytes:
-    """The pixels of an element as PNG bytes (what a person sees)."""
-    locator.scroll_into_view_if_needed()
-    return locator.screenshot()
-
-
 def save_small_png(png: bytes, path: Path, max_width: int = 1000, limit: int = 200_000) -> Path:
     """Write a screenshot as a small palette PNG (for docs/img); fails if it stays over ``limit`` bytes."""
     from PIL import Image
@@ -412,6 +406,15 @@ def pixel_difference(a: bytes, b: bytes) -> float:
 
 # --------------------------------------------------------------------------------------------------- fixtures
 SHOTS = REPO / "runs" / "browser"
+_FOLDERS: list[Path] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Name the screenshot folders at the end of the run, with or without ``-s``."""
+    if _FOLDERS:
+        terminalreporter.section("browser screenshots")
+        for folder in _FOLDERS:
+            terminalreporter.write_line(str(folder))
 
 
 @pytest.fixture(scope="module")
@@ -473,4 +476,5 @@ def steps(page, request) -> Steps:
         for old in folder.glob("*.png"):
             old.unlink()
     print(f"\nscreenshots: {folder}", flush=True)
+    _FOLDERS.append(folder)
     return Steps(page, folder)

@@ -46,8 +46,15 @@ def _stage(lab, number: str, overrides: dict) -> str:
 
 def _doc_image(steps, locator, name: str) -> None:
     """Keep a small PNG of ``locator`` beside the screenshots; copy it to docs/img when EAGLE3KIT_DOC_IMAGES=1."""
-    locator.scroll_into_view_if_needed()
-    small = save_small_png(locator.screenshot(), steps.folder / f"{name}.png")
+    page, size = steps.page, steps.page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": 1800})  # the whole widget, inside the notebook
+    try:
+        time.sleep(0.5)
+        locator.scroll_into_view_if_needed()
+        png = locator.screenshot()
+    finally:
+        page.set_viewport_size(size)
+    small = save_small_png(png, steps.folder / f"{name}.png")
     if os.environ.get("EAGLE3KIT_DOC_IMAGES") == "1":
         save_small_png(small.read_bytes(), DOC_IMAGES / f"{name}.png")
     print(f"  doc image {small} ({small.stat().st_size:,} bytes)")
@@ -88,7 +95,8 @@ def test_mask_explorer_redraws_in_jupyterlab(lab, page, steps):
         book.assert_widgets_rendered()
     explorer = Widgets.box_of(page, "label.widget-label:text-is('TTT steps')")
     ui = Widgets(page, explorer)
-    figure = explorer.locator(".widget-output img").first
+    images = explorer.locator("img")
+    figure = images.first
     status = explorer.locator(".widget-html").last
 
     def redraw(change, expect_status):
@@ -98,6 +106,8 @@ def test_mask_explorer_redraws_in_jupyterlab(lab, page, steps):
                  30, lambda: f"status never matched {expect_status!r} (it reads {status.text_content()!r})")
         wait_for(lambda: figure.count() and figure.get_attribute("src") != before_src, 30, "the figure was not redrawn")
         book.wait_kernel_idle(30)
+        time.sleep(1)
+        assert images.count() == shown, f"{shown} figures before the change, {images.count()} after it"
         after_px = figure.screenshot()
         diff = pixel_difference(before_px, after_px)
         print(f"    figure pixels changed: {diff:.1%}")
@@ -106,11 +116,13 @@ def test_mask_explorer_redraws_in_jupyterlab(lab, page, steps):
     with steps("explorer-rendered"):
         explorer.scroll_into_view_if_needed()
         figure.wait_for()
+        shown = images.count()
+        print(f"    figures shown: {shown}")
         ttt = int(ui.value("TTT steps"))
         assert f"{ttt} TTT steps" in status.text_content()
         steps.shot("explorer-before")
     with steps("change-ttt-steps"):
-        new_ttt = 1 if ttt != 1 else 2
+        new_ttt = 2 if ttt != 2 else 3
         redraw(lambda: ui.set("TTT steps", new_ttt), rf"\b{new_ttt} TTT steps")
         assert ui.value("TTT steps") == str(new_ttt)
         steps.shot("explorer-ttt-changed")
@@ -171,6 +183,8 @@ def test_training_stepper_steps_runs_and_stops_in_jupyterlab(lab, page, steps):
             print(f"    loss plot pixels changed: {diff:.1%}")
             assert diff > 0.001, f"the loss plot looks the same after Step {k} ({diff:.2%} of pixels changed)"
     steps.shot("stepper-after-two-steps")
+    with steps("doc-image"):
+        _doc_image(steps, stepper, "training_stepper")
     with steps("run-n-then-stop"):
         now = _stepper_state(stepper)[0]
         n = total - now  # more than can finish before Stop
@@ -196,5 +210,4 @@ def test_training_stepper_steps_runs_and_stops_in_jupyterlab(lab, page, steps):
         assert now < stopped < now + n, f"Run N was not stopped early: {now} -> {stopped} of N={n}"
         assert "Error" not in text, f"the stepper shows an error: {text[:300]!r}"
         print(f"    Run N={n} from step {now} stopped at step {stopped}")
-    with steps("doc-image"):
-        _doc_image(steps, stepper, "training_stepper")
+        steps.shot("stepper-stopped")

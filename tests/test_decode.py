@@ -125,3 +125,14 @@ def test_sequences_beyond_the_sliding_window_are_refused(tiny):
     draft = build_model(build_config(verifier="tiny", sliding_window=16))
     with pytest.raises(ValueError, match="sliding window"):
         speculative_generate(model, draft, prompts[0], 8)
+
+
+@pytest.mark.slow
+def test_lossless_with_the_real_smollm2_verifier(smollm2):
+    model, tok = load_model(smollm2), load_tokenizer(smollm2)
+    torch.manual_seed(0)
+    draft = build_model(build_config(verifier="smollm2", draft_vocab_size=None, training=False)).eval()
+    prompt = ev.chat_prompts(tok, ["Explain what a hash table is."], 1)[0]
+    ref = greedy_generate(model, prompt, 12, tok.eos_token_id)
+    res = speculative_generate(model, draft, prompt, 12, k=3, eos_token_id=tok.eos_token_id)
+    assert res.tokens == ref and res.rounds == len(ref) - 1 - sum(res.accepted)

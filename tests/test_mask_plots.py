@@ -68,8 +68,9 @@ def test_layout_thumbnail_from_a_collator_document_ids_tensor():
 def test_explorer_redraws_when_a_control_changes():
     explorer = MaskExplorer([300, 200, 77, 500], documents=2, padding=10, ttt_steps=2)
     assert explorer.error is None and explorer.mask.total_seq_len == 512
-    first = explorer.figure
+    first, first_png = explorer.figure, explorer.token_image.value
     explorer.ttt_steps.value = 3
+    assert explorer.token_image.value[:8] == b"\x89PNG\r\n\x1a\n" and explorer.token_image.value != first_png
     assert explorer.figure is not first and explorer.mask.ttt_steps == 3
     assert len([ax for ax in explorer.figure.axes if ax.get_title()]) == 3
     explorer.documents.value = 3

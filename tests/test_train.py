@@ -216,3 +216,15 @@ def test_cli_train_save_and_resume(tiny_data, tmp_path, capsys):
     assert "full_acc_2" in out and "--resume" in out
     assert main(["train", "--steps", "1"]) == 2  # no data: one clear sentence, no stack trace
     assert "Pass --data DIR" in capsys.readouterr().err
+
+
+def test_notebook_05_declares_every_preset_parameter():
+    import papermill
+
+    from eagle3kit.presets import NOTEBOOKS, parameters
+    from eagle3kit.runner import NOTEBOOK_DIR
+
+    declared = set(papermill.inspect_notebook(str(NOTEBOOK_DIR / "05_training_step.ipynb")))
+    for preset in ("ci", "demo"):
+        assert set(parameters(preset, "05")) | {"workdir"} <= declared
+    assert NOTEBOOKS["05"]["ci"]["total_seq_len"] % 128 == 0  # the launch YAML uses flex attention

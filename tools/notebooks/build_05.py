@@ -27,7 +27,7 @@ n_conversations = 8         # only when building here
 seq_length = 192            # only when building here
 draft_vocab_size = 2048     # only when building here (the draft uses the data's vocab mapping)
 use_notebook_01 = True      # take the draft's shape from notebook 01's workdir/draft_config when present
-total_seq_len = 384         # packed tokens per step (>= the longest sample)
+total_seq_len = 384         # packed tokens per step, at least the longest sample
 lr = 1e-3
 first_steps = 2             # steps taken one by one
 run_steps = 3               # steps taken by Run N
@@ -36,6 +36,7 @@ seed = 0
 workdir = "../runs/interactive/work"
 """),
     ("code", """
+%matplotlib inline
 import time
 from pathlib import Path
 

@@ -53,10 +53,10 @@ import torch
 from eagle3kit import data
 from eagle3kit import evaluate as ev
 from eagle3kit import export
-from eagle3kit.config import build_model
+from eagle3kit.config import DraftSpec, build_model
 from eagle3kit.runner import record_summary
 from eagle3kit.train import TrainSession
-from eagle3kit.train_data import find_or_build_data, load_mappings
+from eagle3kit.train_data import data_draft_vocab_size, data_verifier, find_or_build_data, load_mappings
 from eagle3kit.train_plots import plot_metrics
 from eagle3kit.verifier import load_model, load_tokenizer
 
@@ -81,9 +81,6 @@ if resume_from_05 and (checkpoint_05 / "session.json").exists():
 else:
     data_path = find_or_build_data(workdir, verifier, n_conversations=n_conversations, seq_length=seq_length,
                                    draft_vocab_size=draft_vocab_size or None, seed=seed, held_out=4)
-    from eagle3kit.train_data import data_draft_vocab_size, data_verifier
-    from eagle3kit.config import DraftSpec
-
     spec = DraftSpec(verifier=data_verifier(data_path), draft_vocab_size=data_draft_vocab_size(data_path))
     session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed)
     print("new session on", data_path)
@@ -110,7 +107,8 @@ t0 = time.perf_counter()
 conts = ev.continuations(verifier_model, prompts, max_new_tokens, tokenizer.eos_token_id)
 greedy_seconds = time.perf_counter() - t0
 n_tokens = sum(len(c) for c in conts)
-print(f"{len(prompts)} prompts, {n_tokens} greedy tokens in {greedy_seconds:.1f}s ({n_tokens / greedy_seconds:.1f} tok/s)")
+print(f"{len(prompts)} prompts, {n_tokens} greedy tokens in {greedy_seconds:.1f}s "
+      f"({n_tokens / greedy_seconds:.1f} tok/s)")
 print("prompt:", repr(tokenizer.decode(prompts[0][0])[-200:]))
 print("greedy:", repr(tokenizer.decode(conts[0])[:300]))
 """),
