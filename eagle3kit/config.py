@@ -235,9 +235,15 @@ def build_model(build: DraftBuild, t2d: torch.Tensor | None = None, d2t: torch.T
         )
     model = Eagle3DraftModel(config)
     model.load_vocab_mappings(t2d, d2t)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model.load_verifier_weights()
+    from loguru import logger  # speculators logs each file it looks for; the table says where weights came from
+
+    logger.disable("speculators.utils.loading")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.load_verifier_weights()
+    finally:
+        logger.enable("speculators.utils.loading")
     return model.to(build.device)
 
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 
-import pytest
-import torch
+# Tests never download: a hub id fails at once instead of after network retries.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 

@@ -64,7 +64,8 @@ norm come from the verifier and stay frozen (speculators initialises them to NaN
     ("code", """
 counts = dc.parameter_counts(draft)
 print({k: f"{v:,}" for k, v in counts.items()})
-assert not any(torch.isnan(p).any() for p in (draft.embed_tokens.weight, draft.lm_head.weight)), "verifier weights missing"
+weights = (draft.embed_tokens.weight, draft.lm_head.weight)
+assert not any(torch.isnan(p).any() for p in weights), "verifier weights missing"
 dc.memory_footprint(draft, torch.float32)
 """),
     ("md", """
