@@ -27,3 +27,18 @@ def smollm2():
     from eagle3kit.verifier import resolve
 
     return resolve("smollm2")
+
+
+TINY_DATA_SEQ = 256
+TINY_DATA_VOCAB = 512
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    """A real (tiny) training-data directory: 12 ShareGPT conversations through the tiny verifier."""
+    from eagle3kit.data import build_dataset
+
+    out = tmp_path_factory.getbasetemp() / "eagle3kit-train-tiny-data"
+    build_dataset("tiny", out, n_conversations=12, seq_length=TINY_DATA_SEQ, held_out=2,
+                  draft_vocab_size=TINY_DATA_VOCAB, progress=False)
+    return out

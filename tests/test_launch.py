@@ -9,17 +9,8 @@ from eagle3kit import launch
 from eagle3kit.config import build_config
 from eagle3kit.train import TrainSettings
 
-SEQ = 256
-VOCAB = 512
-
-
-@pytest.fixture(scope="session")
-def tiny_data(tmp_path_factory):
-    from eagle3kit.data import build_dataset
-
-    out = tmp_path_factory.getbasetemp() / "eagle3kit-train-tiny-data"
-    build_dataset("tiny", out, n_conversations=12, seq_length=SEQ, held_out=2, draft_vocab_size=VOCAB, progress=False)
-    return out
+from conftest import TINY_DATA_SEQ as SEQ
+from conftest import TINY_DATA_VOCAB as VOCAB
 
 
 @pytest.fixture(scope="module")
