@@ -10,6 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling directory; on success it replaces ``target`` by rename."""
@@ -18,6 +24,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the result should look like any new folder
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
@@ -36,6 +43,7 @@ def atomic_file(target: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the result should look like any new file
         os.replace(tmp, target)
     finally:
         if tmp.exists():
