@@ -83,16 +83,22 @@ def test_harness_runs_notebook_01(lab, page, steps):
         steps.shot("notebook-01-done")
 
 
-def test_mask_explorer_redraws_in_jupyterlab(lab, page, steps):
-    """Notebook 03: the MaskExplorer renders; changing TTT steps (a slider) and the lengths (a text box) redraws."""
-    with steps("stage-notebook-03"):
-        book = Notebook(page, lab, _stage(lab, "03", {}))
-    with steps("open-notebook-03"):
+def _open_and_run(lab, page, steps, number: str, params: dict, timeout: int):
+    """Stage notebook ``number`` with ``params``, open it, Run All, and wait until its widgets have rendered."""
+    with steps(f"stage-notebook-{number}"):
+        book = Notebook(page, lab, _stage(lab, number, params))
+    with steps(f"open-notebook-{number}"):
         book.open()
     with steps("run-all"):
         book.run_all()
-        book.wait_run_complete(timeout=300)
+        book.wait_run_complete(timeout=timeout)
         book.assert_widgets_rendered()
+    return book
+
+
+def test_mask_explorer_redraws_in_jupyterlab(lab, page, steps):
+    """Notebook 03: the MaskExplorer renders; changing TTT steps (a slider) and the lengths (a text box) redraws."""
+    book = _open_and_run(lab, page, steps, "03", {}, timeout=300)
     explorer = Widgets.box_of(page, "label.widget-label:text-is('TTT steps')")
     ui = Widgets(page, explorer)
     images = explorer.locator("img")
@@ -145,16 +151,10 @@ def _stepper_state(box) -> tuple[int | None, int | None, bool, str]:
 
 def test_training_stepper_steps_runs_and_stops_in_jupyterlab(lab, page, steps):
     """Notebook 05 with small parameters: Step twice advances the count and the loss plot; Run N then Stop stops."""
-    with steps("stage-notebook-05"):  # the tiny verifier: data built in the notebook in seconds
-        small = {"verifier": "tiny", "n_conversations": 8, "seq_length": 256, "draft_vocab_size": 512,
-                 "total_seq_len": 256, "first_steps": 1, "run_steps": 2}
-        book = Notebook(page, lab, _stage(lab, "05", small))
-    with steps("open-notebook-05"):
-        book.open()
-    with steps("run-all"):
-        book.run_all()
-        book.wait_run_complete(timeout=420)
-        book.assert_widgets_rendered()
+    # the tiny verifier: data built in the notebook in seconds
+    small = {"verifier": "tiny", "n_conversations": 8, "seq_length": 256, "draft_vocab_size": 512,
+             "total_seq_len": 256, "first_steps": 1, "run_steps": 2}
+    book = _open_and_run(lab, page, steps, "05", small, timeout=420)
     stepper = Widgets.box_of(page, ".widget-button:text-is('Run N')")
     ui = Widgets(page, stepper)
     plot = stepper.locator("img").first
