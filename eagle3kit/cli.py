@@ -69,6 +69,20 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_regenerate(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from eagle3kit.regenerate import regenerate
+
+    info = regenerate(args.verifier, args.out, n_conversations=args.n_conversations, max_new_tokens=args.max_new_tokens,
+                      max_prompt_tokens=args.max_prompt_tokens, seed=args.seed, source=args.source,
+                      batch_size=args.batch_size, device=args.device)
+    print(json.dumps(dataclasses.asdict(info), indent=2))
+    print(f"\nMake training data from it with: eagle3kit data --source {args.out} --verifier {args.verifier} --out DIR")
+    return 0
+
+
 def _train_spec(args: argparse.Namespace):
     from eagle3kit.config import DraftSpec
     from eagle3kit.train_data import data_draft_vocab_size, data_verifier
@@ -258,6 +272,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--counts", action="store_true", help="also build the model and count parameters")
     p.set_defaults(func=cmd_config)
+
+    p = sub.add_parser("regenerate", help="replace each reply by the verifier's own greedy answer (self-distillation)")
+    p.add_argument("--verifier", default="smollm2")
+    p.add_argument("--out", required=True, help="JSONL to write (resumes an interrupted run)")
+    p.add_argument("--n-conversations", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-prompt-tokens", type=int, default=256, help="the user turn is cut to this many tokens")
+    p.add_argument("--source", default=None, help="JSONL of conversations (default: ShareGPT V3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=cmd_regenerate)
 
     p = sub.add_parser("data", help="conversations -> verifier hidden states in speculators' data layout (resumable)")
     p.add_argument("--verifier", default="smollm2")

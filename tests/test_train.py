@@ -40,6 +40,19 @@ def test_step_returns_metrics_per_ttt_step(tiny_data):
     assert len(s.history_frame()) == 1
 
 
+def test_bfloat16_on_cpu_autocasts(tiny_data):
+    """hidden_states_dtype="bfloat16" on CPU: bf16 batches, bf16 matmuls under autocast, fp32 weights; the loss
+    stays close to the exact float32 step's."""
+    exact = session(tiny_data, lr=1e-3, warmup_steps=0).step()
+    s = session(tiny_data, lr=1e-3, warmup_steps=0, hidden_states_dtype="bfloat16")
+    assert s.peek_batch()["hidden_states"].dtype == torch.bfloat16
+    with s._autocast():
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    fast = s.step()
+    assert fast["loss"] != exact["loss"] and fast["loss"] == pytest.approx(exact["loss"], rel=0.05)
+    assert all(p.dtype == torch.float32 for p in s.model.parameters())
+
+
 def test_step_equals_plain_speculators_loop(tiny_data):
     """Two TrainSession steps == a loop written against speculators' forward (same batches, seed, AdamW)."""
     from speculators.losses import resolve_loss_config

@@ -15,7 +15,8 @@ An EAGLE-3 draft learns from the verifier's hidden states: three *aux* layers as
 GPU) and writes it in the layout `speculators train --data-path` reads, so the folder made here trains here
 (notebook 05) **and** on a GPU cluster, unchanged.
 
-Steps: ShareGPT conversations → chat template + assistant loss mask → verifier hidden states →
+Steps: ShareGPT conversations (optionally with the verifier's own replies) →
+chat template + assistant loss mask → verifier hidden states →
 `hidden_states/hs_{i}.safetensors` + Arrow dataset + `token_freq.pt` → draft vocab mapping `d2t`/`t2d`.
 """),
     ("params", """
@@ -24,6 +25,7 @@ n_conversations = 12       # training conversations (ShareGPT V3, chosen by seed
 held_out = 4               # conversations kept out for evaluation (notebook 06)
 seq_length = 384           # tokens per conversation (longer ones are cut)
 draft_vocab_size = 4096    # 0: the verifier's full vocab
+regenerate_tokens = 0      # > 0: the verifier rewrites each reply (greedy, up to this many tokens)
 batch_size = 4
 dtype = "float32"
 seed = 0
@@ -40,6 +42,7 @@ from IPython.display import HTML, display
 
 from eagle3kit import conversations as conv
 from eagle3kit import data, data_plots, vocab
+from eagle3kit.regenerate import regenerate
 from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
 
@@ -47,6 +50,27 @@ torch.manual_seed(seed)
 workdir = Path(workdir)
 data_dir = workdir / "data"          # notebooks 05 and 06 read the data from here
 dvs = draft_vocab_size or None
+"""),
+    ("md", """
+## Whose replies? Optional self-distillation
+
+The draft will be asked to predict *this verifier's* text. ShareGPT's replies were written by other models, so with
+`regenerate_tokens > 0` the verifier first answers each conversation's first user turn itself (greedy, batched
+`generate`), as speculators' `regenerate_responses` script does with a vLLM server. The file is saved batch by batch
+and resumes after an interruption.
+"""),
+    ("code", """
+source = None
+if regenerate_tokens:
+    regen = regenerate(verifier, workdir / "regenerated.jsonl", n_conversations=n_conversations + held_out + 8,
+                       max_new_tokens=regenerate_tokens, seed=seed)
+    source = regen.path
+    display(pd.Series(vars(regen)).to_frame("value"))
+    example = conv.read_jsonl(source)[0]
+    print("USER:", example[-2]["content"][:300])
+    print("VERIFIER:", example[-1]["content"][:300])
+else:
+    print("Training on ShareGPT's own replies (set regenerate_tokens > 0 for the verifier's).")
 """),
     ("md", """
 ## Build the data directory
@@ -61,7 +85,8 @@ final norm, because speculators applies `verifier_norm` itself.
 """),
     ("code", """
 info = data.build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
-                          draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size)
+                          draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
+                          source=source)
 pd.Series(info.to_dict()).to_frame("value")
 """),
     ("code", """
@@ -72,7 +97,7 @@ for p in sorted(data_dir.iterdir()):
     print(f"  {p.name:<32} {size / 1e6:8.2f} MB{count}")
 again = data.build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
                            draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
-                           progress=False)
+                           source=source, progress=False)
 print("run again:", again.files)
 """),
     ("md", """
@@ -170,7 +195,9 @@ print(f"speculators train --data-path {data_dir} --verifier-name-or-path {info.v
       + (f" --draft-vocab-size {dvs}" if dvs else ""))
 record_summary(workdir, "04", samples=info.n_samples, tokens=info.tokens, assistant_tokens=info.assistant_tokens,
                extraction_tokens_per_s=round(info.tokens_per_s or 0), targets_ok=check["ok"],
-               coverage=round(info.coverage, 4), data_dir=str(data_dir))
+               coverage=round(info.coverage, 4), data_dir=str(data_dir),
+               replies="verifier" if regenerate_tokens else "sharegpt",
+               regenerate_tokens_per_s=round(regen.tokens_per_s or 0) if regenerate_tokens else None)
 """),
 ]
 

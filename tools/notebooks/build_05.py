@@ -29,6 +29,8 @@ draft_vocab_size = 2048     # only when building here (the draft uses the data's
 use_notebook_01 = True      # take the draft's shape from notebook 01's workdir/draft_config when present
 total_seq_len = 384         # packed tokens per step, at least the longest sample
 lr = 1e-3
+max_steps = 0               # the LR schedule's horizon; 0: speculators' default (epochs x batches per epoch)
+hidden_states_dtype = "auto"  # "auto": float32 on CPU, bf16 autocast on CUDA; "bfloat16": autocast on CPU too
 first_steps = 2             # steps taken one by one
 run_steps = 3               # steps taken by Run N
 n_gpus = 8                  # for the scale-out command
@@ -79,7 +81,8 @@ if use_notebook_01 and (config_01 / "config.json").exists():
     print("draft shape from notebook 01:", config_01)
 else:
     spec = DraftSpec(verifier=data_verifier(data_path), draft_vocab_size=vocab)
-session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed)
+session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed, max_steps=max_steps or None,
+                       hidden_states_dtype=hidden_states_dtype)
 b = session.build
 print(f"data: {data_path} ({len(session.batches.dataset)} training samples, {len(session.batches)} packed batches "
       f"of {total_seq_len} tokens per epoch)")

@@ -1,0 +1,105 @@
+"""Self-distillation data: the verifier's own greedy replies, batched, resumable, readable by build_dataset."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eagle3kit import conversations as conv
+from eagle3kit.decode import greedy_generate
+from eagle3kit.regenerate import prompt_turns, regenerate
+from eagle3kit.verifier import load_model, load_tokenizer
+
+
+def test_replies_equal_plain_greedy_decoding(smollm2, tmp_path):
+    """Batched, left-padded generation gives each prompt exactly the verifier's unbatched greedy reply."""
+    out = tmp_path / "regen.jsonl"
+    info = regenerate(smollm2, out, n_conversations=3, max_new_tokens=12, max_prompt_tokens=48, batch_size=3,
+                      progress=False)
+    assert info.n_conversations + info.empty == 3 and info.generated_tokens > 0
+    tok, model = load_tokenizer(smollm2), load_model(smollm2)
+    records = conv.read_jsonl(out)
+    assert len(records) == info.n_conversations
+    for turns in records:
+        assert [t["role"] for t in turns][-2:] == ["user", "assistant"]
+        ids = tok.apply_chat_template(turns[:-1], add_generation_prompt=True, return_tensors="pt",
+                                      return_dict=True)["input_ids"]
+        assert len(tok(turns[-2]["content"], add_special_tokens=False)["input_ids"]) <= 48 + 2  # cut, re-tokenized
+        want = greedy_generate(model, ids, 12, tok.eos_token_id)
+        want = want[: want.index(tok.eos_token_id)] if tok.eos_token_id in want else want
+        assert turns[-1]["content"] == tok.decode(want, skip_special_tokens=True)
+
+
+def test_interrupted_run_resumes_to_the_same_file(smollm2, tmp_path):
+    full = tmp_path / "full.jsonl"
+    regenerate(smollm2, full, n_conversations=5, max_new_tokens=8, batch_size=2, progress=False)
+    # what an interrupted run leaves: the settings line, two finished records and a line cut mid-write
+    first = tmp_path / "first.jsonl"
+    regenerate(smollm2, first, n_conversations=5, max_new_tokens=8, batch_size=2, progress=False)
+    lines = first.read_text().splitlines()
+    settings = json.loads(lines[0])["settings"]
+    partial = tmp_path / "resumed.jsonl.partial"
+    kept = [{"index": i, "messages": json.loads(lines[i])["messages"], "tokens": 8} for i in (0, 3)]
+    partial.write_text("\n".join(json.dumps(x) for x in [{"settings": settings}, *kept]) + '\n{"index": 1, "mes')
+    info = regenerate(smollm2, tmp_path / "resumed.jsonl", n_conversations=5, max_new_tokens=8, batch_size=2,
+                      progress=False)
+    assert info.resumed == 2
+    assert (tmp_path / "resumed.jsonl").read_text() == full.read_text()
+    assert not partial.exists()
+    again = regenerate(smollm2, tmp_path / "resumed.jsonl", n_conversations=5, max_new_tokens=8,
+                       progress=False)
+    assert again.seconds == 0 and again.generated_tokens == 0  # already complete: nothing is generated
+
+
+def test_partial_with_other_settings_is_started_over(tiny_verifier, tmp_path):
+    out = tmp_path / "r.jsonl"
+    (tmp_path / "r.jsonl.partial").write_text(json.dumps({"settings": {"max_new_tokens": 99}}) + "\n")
+    info = regenerate(tiny_verifier, out, n_conversations=5, max_new_tokens=4, progress=False)
+    assert info.resumed == 0 and len(conv.read_jsonl(out)) == info.n_conversations > 0
+
+
+def test_build_dataset_trains_on_the_regenerated_replies(smollm2, tiny_verifier, tmp_path):
+    from datasets import load_from_disk
+
+    from eagle3kit.data import build_dataset
+
+    src = tmp_path / "regen.jsonl"
+    regenerate(smollm2, src, n_conversations=6, max_new_tokens=10, max_prompt_tokens=64, progress=False)  # tiny
+    # shares its tokenizer
+    info = build_dataset(tiny_verifier, tmp_path / "data", n_conversations=4, seq_length=256, held_out=1,
+                         source=src, progress=False)
+    assert info.n_samples == 4
+    tok = load_tokenizer(tiny_verifier)
+    replies = {turns[-1]["content"] for turns in conv.read_jsonl(src)}
+    for row in load_from_disk(str(tmp_path / "data")).select(range(2)):
+        ids, mask = torch.as_tensor(row["input_ids"]), torch.as_tensor(row["loss_mask"]).bool()
+        text = tok.decode(ids[mask])
+        assert any(r and text.startswith(r) for r in replies)  # the supervised text is a verifier reply
+
+
+def test_prompt_turns_and_bad_input(tiny_verifier, tmp_path):
+    turns = [{"role": "assistant", "content": "a0"}, {"role": "system", "content": "s"},
+             {"role": "user", "content": "u"},
+             {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
+    assert prompt_turns(turns) == turns[1:3]
+    assert prompt_turns([{"role": "user", "content": "  "}]) is None
+    with pytest.raises(ValueError, match="must be >= 1"):
+        regenerate(tiny_verifier, tmp_path / "x.jsonl", n_conversations=0)
+    src = tmp_path / "one.jsonl"
+    src.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                            {"role": "assistant", "content": "yo"}]}) + "\n")
+    with pytest.raises(conv.ConversationError, match="only 1 conversations"):
+        regenerate(tiny_verifier, tmp_path / "y.jsonl", n_conversations=3, source=src, progress=False)
+
+
+def test_cli_regenerate(tiny_verifier, tmp_path, capsys):
+    from eagle3kit.cli import main
+
+    out = tmp_path / "r.jsonl"
+    assert main(["regenerate", "--verifier", "tiny", "--out", str(out), "--n-conversations", "5",
+                 "--max-new-tokens", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert '"n_conversations"' in printed and "eagle3kit data --source" in printed
+    assert len(conv.read_jsonl(out)) >= 1
