@@ -101,7 +101,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         session = TrainSession.resume(args.resume, data_dir=args.data)
     else:
         session = TrainSession(args.data, _train_spec(args), lr=args.lr, total_seq_len=args.total_seq_len,
-                               seed=args.seed, max_steps=args.max_steps, epochs=args.epochs)
+                               seed=args.seed, max_steps=args.max_steps, epochs=args.epochs,
+                               hidden_states_dtype=args.hidden_states_dtype)
     records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every)
     cols = ["step", "loss"] + [f"{m}_{k}" for m in ("full_acc", "cond_acc") for k in range(session.ttt_steps)]
     with _wide():
@@ -316,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-steps", type=int, default=None, help="also the LR schedule's horizon")
         if name == "train":
             p.add_argument("--device", default="auto")
+            p.add_argument("--hidden-states-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                           help="auto: float32 on CPU, bf16 autocast on CUDA; bfloat16: autocast on CPU too (faster)")
             p.add_argument("--steps", type=int, default=10, help="steps to take now")
             p.add_argument("--save", default=None, help="checkpoint directory (written at the end)")
             p.add_argument("--checkpoint-every", type=int, default=None)

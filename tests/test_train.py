@@ -5,6 +5,7 @@ Data: a real (tiny) data directory made by eagle3kit.data from ShareGPT conversa
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -214,10 +215,11 @@ def test_cli_train_save_and_resume(tiny_data, tmp_path, capsys):
 
     ck = tmp_path / "ck"
     assert main(["train", "--data", str(tiny_data), "--total-seq-len", str(SEQ), "--steps", "1", "--device", "cpu",
-                 "--save", str(ck)]) == 0
+                 "--hidden-states-dtype", "bfloat16", "--save", str(ck)]) == 0
     assert main(["train", "--resume", str(ck), "--steps", "1", "--save", str(ck)]) == 0
     out = capsys.readouterr().out
     assert "full_acc_2" in out and "--resume" in out
+    assert json.loads((ck / "session.json").read_text())["settings"]["hidden_states_dtype"] == "bfloat16"
     assert main(["train", "--steps", "1"]) == 2  # no data: one clear sentence, no stack trace
     assert "Pass --data DIR" in capsys.readouterr().err
 
