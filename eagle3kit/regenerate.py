@@ -117,8 +117,11 @@ def regenerate(
 
 
 def _prompts(tokenizer, source, seed: int, n: int, max_prompt_tokens: int) -> list[tuple[conv.Turns, list[int]]]:
-    """(prompt turns, chat-template ids with the generation prompt) for the first ``n`` usable conversations."""
-    out = []
+    """(prompt turns, chat-template ids with the generation prompt) for the first ``n`` usable conversations.
+
+    A prompt seen before is skipped: its greedy reply would be the same, so a copy in the held-out part would be a
+    training sample ("continue", "hi" and some questions occur several times in ShareGPT)."""
+    out, seen = [], set()
     for turns in conv.ordered(conv.read(source), seed):
         head = prompt_turns(turns)
         if head is None:
@@ -126,11 +129,16 @@ def _prompts(tokenizer, source, seed: int, n: int, max_prompt_tokens: int) -> li
         ids = tokenizer(head[-1]["content"], add_special_tokens=False)["input_ids"]
         if len(ids) > max_prompt_tokens:
             head[-1]["content"] = tokenizer.decode(ids[:max_prompt_tokens])
-        chat = tokenizer.apply_chat_template(head, add_generation_prompt=True, tokenize=True, return_dict=True)
-        out.append((head, list(chat["input_ids"])))
+        chat = tuple(tokenizer.apply_chat_template(head, add_generation_prompt=True, tokenize=True,
+                                                   return_dict=True)["input_ids"])
+        if chat in seen:
+            continue
+        seen.add(chat)
+        out.append((head, list(chat)))
         if len(out) == n:
             return out
-    raise conv.ConversationError(f"The source has only {len(out)} conversations with a user turn; ask for fewer.")
+    raise conv.ConversationError(
+        f"The source has only {len(out)} conversations with a distinct user turn; ask for fewer.")
 
 
 @torch.no_grad()

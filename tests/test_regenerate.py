@@ -73,6 +73,11 @@ def test_build_dataset_trains_on_the_regenerated_replies(smollm2, tiny_verifier,
     assert info.n_samples == 4
     tok = load_tokenizer(tiny_verifier)
     replies = {turns[-1]["content"] for turns in conv.read_jsonl(src)}
+    from eagle3kit.data import held_out_conversations
+
+    held = [turns[-2]["content"] for turns in held_out_conversations(tmp_path / "data")]
+    training = [tok.decode(r) for r in load_from_disk(str(tmp_path / "data"))["input_ids"]]
+    assert held and not any(h in t for h in held for t in training)  # held-out prompts never trained on
     for row in load_from_disk(str(tmp_path / "data")).select(range(2)):
         ids, mask = torch.as_tensor(row["input_ids"]), torch.as_tensor(row["loss_mask"]).bool()
         text = tok.decode(ids[mask])
@@ -88,9 +93,9 @@ def test_prompt_turns_and_bad_input(tiny_verifier, tmp_path):
     with pytest.raises(ValueError, match="must be >= 1"):
         regenerate(tiny_verifier, tmp_path / "x.jsonl", n_conversations=0)
     src = tmp_path / "one.jsonl"
-    src.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
-                                            {"role": "assistant", "content": "yo"}]}) + "\n")
-    with pytest.raises(conv.ConversationError, match="only 1 conversations"):
+    src.write_text(2 * (json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                                 {"role": "assistant", "content": "yo"}]}) + "\n"))  # a duplicate
+    with pytest.raises(conv.ConversationError, match="only 1 conversations with a distinct"):
         regenerate(tiny_verifier, tmp_path / "y.jsonl", n_conversations=3, source=src, progress=False)
 
 
