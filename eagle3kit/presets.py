@@ -36,7 +36,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     },
     "05": {
         "ci": {"n_conversations": 8, "seq_length": 192, "draft_vocab_size": 2048, "total_seq_len": 384,
-               "lr": 1e-3, "max_steps": 12, "hidden_states_dtype": "bfloat16", "first_steps": 2, "run_steps": 3,
+               "lr": 1e-3, "max_steps": 40, "hidden_states_dtype": "bfloat16", "first_steps": 2, "run_steps": 3,
                "n_gpus": 8},
         # demo training budget, shared with 06 (which resumes this session): 203 steps here + 197 in 06 = the 400-step
         # LR schedule, 1024 tokens a step under bf16 autocast, ~0.8 s/step on 2 cores -> ~6 min of training (issue 4).
