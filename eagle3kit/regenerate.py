@@ -73,12 +73,12 @@ def regenerate(
     settings = {"verifier": v.path, "n_conversations": n_conversations, "max_new_tokens": max_new_tokens,
                 "max_prompt_tokens": max_prompt_tokens,
                 "seed": seed, "source": str(Path(source).resolve()) if source is not None else None}
-    tokenizer = load_tokenizer(v)
-    prompts = _prompts(tokenizer, source, seed, n_conversations, max_prompt_tokens)
-    if out.is_file():
+    if out.is_file():  # finished before with the same settings: nothing to read or generate
         done = _read_records(out)
         if done and done[0].get("settings") == settings:
             return RegenInfo(str(out), len(done), 0, 0.0, None, len(done), 0)
+    tokenizer = load_tokenizer(v)
+    prompts = _prompts(tokenizer, source, seed, n_conversations, max_prompt_tokens)
     records = _resume(partial, settings)
     resumed = len(records)
     todo = [i for i in range(len(prompts)) if i not in records]
