@@ -102,7 +102,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         session = TrainSession(args.data, _train_spec(args), lr=args.lr, total_seq_len=args.total_seq_len,
                                seed=args.seed, max_steps=args.max_steps, epochs=args.epochs,
-                               hidden_states_dtype=args.hidden_states_dtype)
+                               hidden_states_dtype=args.hidden_states_dtype, warm_start_layer=args.warm_start_layer)
     records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every)
     cols = ["step", "loss"] + [f"{m}_{k}" for m in ("full_acc", "cond_acc") for k in range(session.ttt_steps)]
     with _wide():
@@ -121,7 +121,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
     build = build_config(_train_spec(args))
     settings = TrainSettings(lr=args.lr, total_seq_len=args.total_seq_len, seed=args.seed, max_steps=args.max_steps,
-                             epochs=args.epochs).resolved("cuda")
+                             epochs=args.epochs, warm_start_layer=args.warm_start_layer).resolved("cuda")
     plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp,
                              verifier=args.cluster_verifier)
     print(plan.yaml)
@@ -315,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--epochs", type=int, default=20)
         p.add_argument("--max-steps", type=int, default=None, help="also the LR schedule's horizon")
+        p.add_argument("--warm-start-layer", type=int, default=None,
+                       help="start the draft from this verifier decoder layer (-1: the last); default: random init")
         if name == "train":
             p.add_argument("--device", default="auto")
             p.add_argument("--hidden-states-dtype", default="auto", choices=["auto", "float32", "bfloat16"],

@@ -40,6 +40,7 @@ _WHY = {
     "num_workers": "dataloader workers per GPU; the small data sets here need few",
     "max_steps": "the session's step budget (also the LR schedule's horizon)",
     "lr": "the session's learning rate",
+    "from_pretrained": "the draft warm-started from a verifier layer (eagle3kit.warm_start); training starts there",
 }
 
 
@@ -129,6 +130,13 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
         )
     out = Path(out_dir)
     flat = flat_config(build, settings, data_dir, out / "checkpoints", **options)
+    if getattr(settings, "warm_start_layer", None) is not None:  # speculators starts from these weights
+        from speculators.train.config.resolution import DECODER_SHAPING_FLAGS
+
+        flat["from_pretrained"] = str(write_warm_start(build, data_dir, out / "warm_start",
+                                                       settings.warm_start_layer).resolve())
+        for key in DECODER_SHAPING_FLAGS:  # the saved draft defines the decoder; speculators refuses both
+            flat.pop(key, None)
     flat = {k: v for k, v in flat.items() if v is not None}
     path = out / "run.yaml"
     write_text(path, yaml.safe_dump({"train": nest_flat(flat)}, sort_keys=False, default_flow_style=False))
@@ -173,6 +181,23 @@ def _flatten_nested(nested: dict) -> dict:
 def _short(value: Any) -> str:
     text = str(value)
     return text if len(text) <= 60 else "..." + text[-57:]
+
+
+def write_warm_start(build: DraftBuild, data_dir: str | os.PathLike, out_dir: str | os.PathLike, layer: int) -> Path:
+    """The warm-started draft (:mod:`eagle3kit.warm_start`) saved for ``speculators train --from-pretrained``."""
+    from eagle3kit.atomic import atomic_dir
+    from eagle3kit.config import build_model
+    from eagle3kit.train_data import load_mappings, quiet
+    from eagle3kit.warm_start import warm_start
+
+    t2d, d2t = load_mappings(data_dir, build)
+    with quiet():
+        model = build_model(build, t2d=t2d, d2t=d2t)
+        warm_start(model, build, layer)
+    target = Path(out_dir)
+    with atomic_dir(target) as tmp:
+        model.save_pretrained(tmp)
+    return target
 
 
 def dry_run(plan: LaunchPlan, out_dir: str | os.PathLike, timeout: float = 600) -> Path:

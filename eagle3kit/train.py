@@ -23,6 +23,7 @@ import torch
 from eagle3kit import checkpoint as ckpt
 from eagle3kit.config import DraftBuild, DraftSpec, build_config, build_model
 from eagle3kit.train_data import Batches, load_mappings, quiet
+from eagle3kit.warm_start import warm_start
 
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
 
@@ -51,6 +52,9 @@ class TrainSettings:
     # steps on CPUs with AVX512-BF16 or AMX, not bit-exact.
     hidden_states_dtype: str = "auto"
     loss_implementation: str = "auto"  # "auto": eager on CPU (Triton-free), fused on CUDA
+    # None: speculators' random init. N: start the draft layer, fc and norm from verifier decoder layer N (-1: the
+    # last); see eagle3kit.warm_start. Applies to a new run (a resumed one loads its checkpoint).
+    warm_start_layer: int | None = None
 
     def resolved(self, device: str) -> TrainSettings:
         cpu = not device.startswith("cuda")
@@ -95,6 +99,8 @@ class TrainSession:
         t2d, d2t = load_mappings(self.data_dir, self.build)
         with quiet():
             self.model = build_model(self.build, t2d=t2d, d2t=d2t)
+            if s.warm_start_layer is not None:
+                warm_start(self.model, self.build, s.warm_start_layer)
         self.model.train()
         self.optimizer = torch.optim.AdamW(self.model.named_parameters(), lr=s.lr, weight_decay=s.weight_decay)
         self.total_steps = s.max_steps or s.epochs * len(self.batches)
@@ -211,12 +217,13 @@ class TrainSession:
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def fingerprint(self) -> dict[str, Any]:
-        """What a checkpoint must share with this session to be resumed by it."""
+        """What a checkpoint must share with this session to be resumed by it (not ``warm_start_layer``: it only
+        sets the step-0 weights, and a checkpoint carries its own)."""
         cfg = self.build.config.to_dict()
         cfg.pop("transformers_version", None)
         return {"data_dir": str(self.data_dir), "data_rows": len(self.batches.dataset), "verifier":
                 self.build.verifier.path, "draft_config": cfg, "attention": self.build.attention.implementation,
-                **dataclasses.asdict(self.settings)}
+                **{k: v for k, v in dataclasses.asdict(self.settings).items() if k != "warm_start_layer"}}
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Checkpoint: speculators' model dir + optimizer, scheduler, RNG, data position and history (atomic)."""

@@ -133,6 +133,10 @@ def convert_smollm2(target: Path | None = None, progress: bool = True) -> Path:
     # GGUF-loaded models refuse save_pretrained: rebuild a plain model and load the state dict.
     config = gguf_model.config
     config.dtype = "float32"
+    if hasattr(config, "quantization_config"):
+        # the weights saved below are plain fp32; a stale {"quant_method": "gguf"} would send transformers and
+        # vLLM looking for a GGUF file that the directory does not have
+        del config.quantization_config
     plain = LlamaForCausalLM(config)
     plain.load_state_dict(gguf_model.state_dict())
     with atomic_dir(target) as tmp:

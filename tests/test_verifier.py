@@ -40,6 +40,7 @@ def test_smollm2_is_the_real_model_and_reloads_fast(smollm2):
                                   add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
     out = model.generate(ids, max_new_tokens=8, do_sample=False)
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+    assert type(model.model.layers[0].mlp.up_proj) is torch.nn.Linear  # plain weights, not packed GGUF blocks
     assert load_s < 30  # generous: the cached directory loads in about a second, a conversion takes ~20-40 s
 
 
@@ -64,6 +65,8 @@ def test_smollm2_conversion_is_atomic_and_cached(tmp_path):
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
     first = time.perf_counter() - t0
     assert vf._complete(target)
+    # no stale {"quant_method": "gguf"}: vLLM serving this directory would look for a .gguf file
+    assert "quantization_config" not in (target / "config.json").read_text()
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
     second = time.perf_counter() - t0

@@ -31,6 +31,7 @@ total_seq_len = 384         # packed tokens per step, at least the longest sampl
 lr = 1e-3
 max_steps = 0               # the LR schedule's horizon; 0: speculators' default (epochs x batches per epoch)
 hidden_states_dtype = "auto"  # "auto": float32 on CPU, bf16 autocast on CUDA; "bfloat16": autocast on CPU too
+warm_start_layer = None     # None: speculators' random init; N / -1: start the draft from verifier layer N / the last
 first_steps = 2             # steps taken one by one
 run_steps = 3               # steps taken by Run N
 n_gpus = 8                  # for the scale-out command
@@ -82,12 +83,15 @@ if use_notebook_01 and (config_01 / "config.json").exists():
 else:
     spec = DraftSpec(verifier=data_verifier(data_path), draft_vocab_size=vocab)
 session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed, max_steps=max_steps or None,
-                       hidden_states_dtype=hidden_states_dtype)
+                       hidden_states_dtype=hidden_states_dtype, warm_start_layer=warm_start_layer)
 b = session.build
 print(f"data: {data_path} ({len(session.batches.dataset)} training samples, {len(session.batches)} packed batches "
       f"of {total_seq_len} tokens per epoch)")
 print(f"draft: {b.spec.num_layers} layer(s), aux layers {b.aux_layer_ids}, draft vocab {b.config.draft_vocab_size}, "
       f"attention {b.attention.implementation}, loss {session.settings.loss_implementation}, device {session.device}")
+if warm_start_layer is not None:
+    print(f"warm start: the draft layer, fc and norm start from verifier layer {warm_start_layer} "
+          "(eagle3kit.warm_start)")
 print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}); "
       f"ready in {time.perf_counter() - t0:.1f}s")
 """),

@@ -32,6 +32,7 @@ verifier = "smollm2"        # used when the data has to be built here
 resume_from_05 = True       # continue notebook 05's checkpoint (workdir/checkpoint_05) when it is there
 train_steps = 20            # steps trained in this notebook (on top of notebook 05's)
 lr = 1e-3                   # only for a session started here
+warm_start_layer = None     # only for a session started here (see notebook 05)
 total_seq_len = 1024        # only for a session started here
 n_conversations = 8         # only when the data has to be built here
 seq_length = 256            # only when the data has to be built here
@@ -82,7 +83,8 @@ else:
     data_path = find_or_build_data(workdir, verifier, n_conversations=n_conversations, seq_length=seq_length,
                                    draft_vocab_size=draft_vocab_size or None, seed=seed, held_out=4)
     spec = DraftSpec(verifier=data_verifier(data_path), draft_vocab_size=data_draft_vocab_size(data_path))
-    session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed)
+    session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed,
+                           warm_start_layer=warm_start_layer)
     print("new session on", data_path)
 build = session.build
 k = k or session.ttt_steps
