@@ -192,7 +192,8 @@ class EagleMask:
         q0, q1, k0, k1 = self.region(step, region)
         q0, k0 = q0 // tile * tile, k0 // tile * tile
         q1, k1 = min(_round_up(q1, tile), self.total_seq_len), min(_round_up(k1, tile), self.kv_len(step))
-        if tile >= GRID_SUB and self._is_prefix(step):  # crop the cached whole-mask grid, pooled once per tile
+        whole_tiles = k1 % tile == 0 or k1 == self.kv_len(-1)  # a ragged last tile would take later steps' columns
+        if tile >= GRID_SUB and whole_tiles and self._is_prefix(step):  # crop the cached whole-mask grid
             counts, area = self._whole_grid(tile)
             rows, cols = slice(q0 // tile, -(-q1 // tile)), slice(k0 // tile, -(-k1 // tile))
             return counts[rows, cols], area[rows, cols], (q0, q1, k0, k1)

@@ -82,6 +82,15 @@ def test_stats_are_consistent(layout):
         assert row.blockmask_bytes == blockmask_bytes(mask.block_masks[row.step]) > 0
 
 
+@pytest.mark.parametrize("tile", [256, 512])
+def test_a_ragged_last_tile_holds_only_this_steps_columns(tile):
+    """Step 0 of a two-step mask ends mid-tile; the tile must not count the next step's diagonal (a found bug)."""
+    mask = build_mask([100, 200], 384, ttt_steps=2)
+    counts, area, (q0, q1, k0, k1) = mask.tile_counts(0, None, tile)
+    assert (k1, int(area.sum())) == (384, 384 * 384)
+    assert int(counts.sum()) == int(mask.token_view(0).sum()) == expected_attended([100, 200], 384, None)
+
+
 @SETTINGS
 @given(layouts(), st.sampled_from([1, 2, 8, 32, 64, 128, 256]), st.data())
 def test_tile_counts_equal_pooled_token_view(layout, tile, data):
