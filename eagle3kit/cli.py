@@ -34,7 +34,8 @@ def cmd_run_notebooks(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from eagle3kit.config import build_config, build_model, explain
+    from eagle3kit.config import build_config, build_model
+    from eagle3kit.config_report import explain
 
     build = build_config(verifier=args.verifier, num_layers=args.num_layers, draft_arch=args.draft_arch,
                          ttt_steps=args.ttt_steps, attn_implementation=args.attn, device=args.device)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from eagle3kit import config as dc
+from eagle3kit import config_report as report
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
@@ -60,14 +61,14 @@ def test_auto_attention_lands_in_the_model():
 def test_explanation_table_explains_every_field():
     build = dc.build_config(verifier="tiny", ttt_steps=4, num_layers=2)
     model = dc.build_model(build)
-    table = dc.explain(build, model)
-    assert set(dc._MEANING) <= set(table["field"])
+    table = report.explain(build, model)
+    assert set(report._MEANING) <= set(table["field"])
     by = table.set_index("field")
     assert by.loc["ttt_steps", "value"] == "4" and by.loc["ttt_steps", "source"] == "user"
     assert by.loc["num_hidden_layers", "source"] == "user"
     assert by.loc["norm_before_fc", "source"] == "speculators CLI default"
     assert by.loc["_attn_implementation", "source"].startswith("auto rule")
-    counts = dc.parameter_counts(model)
+    counts = report.parameter_counts(model)
     assert by.loc["params (trainable)", "value"] == f"{counts['trainable']:,}"
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert all(n.startswith(("fc.", "layers.", "norm.", "input_norm.")) for n in trainable), trainable
@@ -82,9 +83,9 @@ def test_presets_build_on_meta_with_counts():
     tl = build.config.transformer_layer_config
     assert tl.hidden_size == 7168 and tl.vocab_size == 163840 and tl.intermediate_size == 18432
     assert build.aux_layer_ids == [2, 30, 58]
-    counts = dc.parameter_counts(model)
+    counts = report.parameter_counts(model)
     assert counts["frozen"] >= 3 * 163840 * 7168  # embedding + lm_head + verifier_lm_head
-    gib = dc.memory_footprint(model).set_index("item").loc["total", "GiB"]
+    gib = report.memory_footprint(model).set_index("item").loc["total", "GiB"]
     assert gib > 10
 
 

@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from eagle3kit import config as dc
+from eagle3kit import config_report as report
 from eagle3kit.runner import record_summary
 
 pd.set_option("display.max_colwidth", 120)
@@ -53,7 +54,7 @@ t0 = time.perf_counter()
 build = dc.build_config(verifier=verifier, num_layers=num_layers, draft_arch=draft_arch, ttt_steps=ttt_steps)
 draft = dc.build_model(build)
 print(f"built in {time.perf_counter() - t0:.1f}s on {build.device}; verifier at {build.verifier.path}")
-dc.explain(build, draft)
+report.explain(build, draft)
 """),
     ("md", """
 ## Parameters and memory
@@ -62,11 +63,11 @@ Only the fc projection, the decoder layer(s) and the norms train. The embedding,
 norm come from the verifier and stay frozen (speculators initialises them to NaN so that a missing load is visible).
 """),
     ("code", """
-counts = dc.parameter_counts(draft)
+counts = report.parameter_counts(draft)
 print({k: f"{v:,}" for k, v in counts.items()})
 weights = (draft.embed_tokens.weight, draft.lm_head.weight)
 assert not any(torch.isnan(p).any() for p in weights), "verifier weights missing"
-dc.memory_footprint(draft, torch.float32)
+report.memory_footprint(draft, torch.float32)
 """),
     ("md", """
 ## Which attention implementation, and why
@@ -94,8 +95,8 @@ built on PyTorch's `meta` device, so its parameter count and memory cost are exa
     ("code", """
 kimi = dc.build_config(verifier="kimi-k2.5", ttt_steps=ttt_steps)
 kimi_draft = dc.build_model(kimi)
-display(dc.explain(kimi, kimi_draft))
-dc.memory_footprint(kimi_draft, torch.bfloat16)
+display(report.explain(kimi, kimi_draft))
+report.memory_footprint(kimi_draft, torch.bfloat16)
 """),
     ("md", """
 ## One forward pass on random hidden states
