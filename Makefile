@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.eagle3kit-installed
 OUT    ?= runs/demo
 
-.PHONY: demo test lab env browser clean
+.PHONY: demo test lab env browser clean notebooks
 
 $(STAMP): pyproject.toml eagle3kit/assets.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,3 +34,7 @@ lab: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs
+
+# notebooks/NN_*.py (jupytext percent format) are the sources; this writes the paired .ipynb files.
+notebooks: $(STAMP)
+	$(BIN)/jupytext --sync notebooks/[0-9][0-9]_*.py

@@ -15,10 +15,11 @@ import time
 import pandas as pd
 import torch
 
-from eagle3kit import evaluate as ev
-from eagle3kit.config import build_config, build_model
-from eagle3kit.decode import greedy_generate, speculative_generate
-from eagle3kit.export import reload
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.draft.config import build_config
+from eagle3kit.draft.model import build_model
+from eagle3kit.evaluate.decode import greedy_generate, speculative_generate
+from eagle3kit.evaluate.export import reload
 from eagle3kit.verifier import load_model, load_tokenizer
 
 PROMPTS = [

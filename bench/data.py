@@ -22,9 +22,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eagle3kit import conversations as conv  # noqa: E402
-from eagle3kit import hidden_states as hs  # noqa: E402
-from eagle3kit.data import default_aux_layer_ids  # noqa: E402
+from eagle3kit.data import conversations as conv  # noqa: E402
+from eagle3kit.data import hidden_states as hs  # noqa: E402
+from eagle3kit.draft.config import resolve_aux_layer_ids  # noqa: E402
 from eagle3kit.verifier import load_model, load_tokenizer, resolve  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     v = resolve(args.verifier)
     model = load_model(v, dtype=args.dtype)
-    aux = default_aux_layer_ids(v.text_config.num_hidden_layers)
+    aux = resolve_aux_layer_ids(v)
     data = batches(v, args.n, args.seq_length, args.batch_size, seed=0)
     tokens = sum(int(b.numel()) for b in data)
     tmp = Path(tempfile.mkdtemp(prefix="eagle3kit-bench-"))

@@ -39,9 +39,9 @@ def measure(fn):
 
 
 def one_run(lengths, tokens, ttt_steps, compile):
-    from eagle3kit import mask_plots
-    from eagle3kit.mask_stats import stats
-    from eagle3kit.masks import build_mask
+    from eagle3kit.masks import plots as mask_plots
+    from eagle3kit.masks.stats import stats
+    from eagle3kit.masks.eagle_mask import build_mask
 
     times = {}
     t0 = time.perf_counter()
@@ -67,8 +67,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
 
-    from eagle3kit.mask_stats import pack, sharegpt_lengths
-    from eagle3kit.masks import build_mask
+    from eagle3kit.masks.stats import pack, sharegpt_lengths
+    from eagle3kit.masks.eagle_mask import build_mask
     from eagle3kit.verifier import load_tokenizer
 
     lengths = pack(sharegpt_lengths(load_tokenizer("smollm2"), n=400, seed=0), args.tokens - 64)

@@ -16,35 +16,16 @@ from pathlib import Path
 
 import torch
 
+from eagle3kit.train.loop import PlainLoop
+
 
 def plain_trainer(session):
-    """A loop written directly against speculators (same init seed, batches, optimizer, schedule, clipping)."""
-    from speculators.losses import resolve_loss_config
-    from transformers import get_linear_schedule_with_warmup
-
-    from eagle3kit.config import build_model
-    from eagle3kit.train_data import load_mappings, quiet
-
-    torch.manual_seed(session.settings.seed)
-    t2d, d2t = load_mappings(session.data_dir, session.build)
-    with quiet():
-        model = build_model(session.build, t2d=t2d, d2t=d2t)
-    model.train()
-    opt = torch.optim.AdamW(model.named_parameters(), lr=session.settings.lr, weight_decay=0.01)
-    sched = get_linear_schedule_with_warmup(opt, session.total_steps // 100, session.total_steps)
-    loss_config = resolve_loss_config("kl_div", session.settings.loss_implementation)
+    """The plain loop (eagle3kit.train.loop) on the session's batches, in the session's order."""
+    loop = PlainLoop(session.build, session.data_dir, session.settings, session.total_steps)
     dataset, collate, batches = session.batches.dataset, session.batches.collate, session.batches
 
     def step(epoch: int, index: int) -> float:
-        batch = collate([dataset[i] for i in batches.indices(epoch, index)])
-        batch = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
-        _, loss, _ = model(**batch, ttt_steps=session.ttt_steps, loss_config=loss_config)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        return loss.item()
+        return loop.step(collate([dataset[i] for i in batches.indices(epoch, index)]))
 
     return step
 
@@ -57,9 +38,9 @@ def timed(fn, *args) -> tuple[float, float]:
 
 
 def main() -> None:
-    from eagle3kit.config import DraftSpec
-    from eagle3kit.data import build_dataset
-    from eagle3kit.train import TrainSession
+    from eagle3kit.draft.config import DraftSpec
+    from eagle3kit.data.dataset import build_dataset
+    from eagle3kit.train.session import TrainSession
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--verifier", default="smollm2")

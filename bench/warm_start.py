@@ -1,4 +1,4 @@
-"""Random init vs warm start (eagle3kit.warm_start): held-out τ of both drafts after the same steps, in one run.
+"""Random init vs warm start (eagle3kit.draft.warm_start): held-out τ of both drafts after the same steps, in one run.
 
     .venv/bin/python bench/warm_start.py --data runs/demo/work/data [--steps 400] [--every 100] [--prompts 16]
 
@@ -17,18 +17,19 @@ import pandas as pd
 import torch
 from datasets import load_from_disk
 
-from eagle3kit import data
-from eagle3kit import evaluate as ev
-from eagle3kit.train import TrainSession
-from eagle3kit.train_data import data_draft_vocab_size, data_verifier
-from eagle3kit.config import DraftSpec
+from eagle3kit.data.loader import held_out_conversations
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.train.session import TrainSession
+from eagle3kit.data.manifest import data_draft_vocab_size
+from eagle3kit.data.manifest import data_verifier
+from eagle3kit.draft.config import DraftSpec
 from eagle3kit.verifier import load_model, load_tokenizer
 
 
 def held_out_prompts(data_dir, tok, n: int, max_prompt_tokens: int = 128):
     """Held-out conversations whose first user turn does not occur in the training rows."""
     train_text = [tok.decode(r) for r in load_from_disk(str(data_dir))["input_ids"]]
-    firsts = [(c, ev._first_user_text(c)) for c in data.held_out_conversations(data_dir)]  # noqa: SLF001
+    firsts = [(c, ev._first_user_text(c)) for c in held_out_conversations(data_dir)]  # noqa: SLF001
     clean = [c for c, u in firsts if u and not any(u in t for t in train_text)]
     return ev.chat_prompts(tok, clean, n, max_prompt_tokens)
 

@@ -34,8 +34,9 @@ def cmd_run_notebooks(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from eagle3kit.config import build_config, build_model
-    from eagle3kit.config_report import explain
+    from eagle3kit.draft.config import build_config
+    from eagle3kit.draft.model import build_model
+    from eagle3kit.draft.report import explain
 
     build = build_config(verifier=args.verifier, num_layers=args.num_layers, draft_arch=args.draft_arch,
                          ttt_steps=args.ttt_steps, attn_implementation=args.attn, device=args.device)
@@ -49,7 +50,8 @@ def cmd_data(args: argparse.Namespace) -> int:
     import json
 
     from eagle3kit.assets import AssetMissingError
-    from eagle3kit.data import build_dataset, verify_targets
+    from eagle3kit.data.dataset import build_dataset
+    from eagle3kit.data.targets import verify_targets
 
     try:
         info = build_dataset(verifier=args.verifier, out_dir=args.out, n_conversations=args.n_conversations,
@@ -74,7 +76,7 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     import dataclasses
     import json
 
-    from eagle3kit.regenerate import regenerate
+    from eagle3kit.data.regenerate import regenerate
 
     info = regenerate(args.verifier, args.out, n_conversations=args.n_conversations, max_new_tokens=args.max_new_tokens,
                       max_prompt_tokens=args.max_prompt_tokens, seed=args.seed, source=args.source,
@@ -85,8 +87,9 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
 
 
 def _train_spec(args: argparse.Namespace):
-    from eagle3kit.config import DraftSpec
-    from eagle3kit.train_data import data_draft_vocab_size, data_verifier
+    from eagle3kit.draft.config import DraftSpec
+    from eagle3kit.data.manifest import data_draft_vocab_size
+    from eagle3kit.data.manifest import data_verifier
 
     if not args.data:
         raise ValueError("Pass --data DIR (a data directory made by `eagle3kit data`), or --resume CHECKPOINT.")
@@ -96,7 +99,7 @@ def _train_spec(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from eagle3kit.train import TrainSession
+    from eagle3kit.train.session import TrainSession
 
     if args.resume:
         session = TrainSession.resume(args.resume, data_dir=args.data)
@@ -116,9 +119,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
-    from eagle3kit import launch
-    from eagle3kit.config import build_config
-    from eagle3kit.train import TrainSettings
+    from eagle3kit.train import launch
+    from eagle3kit.draft.config import build_config
+    from eagle3kit.train.session import TrainSettings
 
     build = build_config(_train_spec(args))
     settings = TrainSettings(lr=args.lr, total_seq_len=args.total_seq_len, seed=args.seed, max_steps=args.max_steps,
@@ -139,8 +142,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from eagle3kit import doctor
-    from eagle3kit.config import build_config, build_model
+    from eagle3kit.doctor import checks as doctor
+    from eagle3kit.draft.config import build_config
+    from eagle3kit.draft.model import build_model
 
     build = build_config(verifier=args.verifier, num_layers=args.num_layers, ttt_steps=args.ttt_steps,
                          draft_vocab_size=args.draft_vocab_size, device="cpu", training=not args.no_training)
@@ -159,8 +163,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from eagle3kit import probe
-
+    from eagle3kit.doctor import probe
     matrix = probe.probe(verifier=args.verifier, device=args.device, backends=args.backends, modes=args.modes,
                          seq_len=args.seq_len, ttt_steps=args.ttt_steps, timeout_s=args.timeout,
                          repeats=args.repeats, isolate_each=args.isolate_each)
@@ -175,9 +178,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import torch
 
-    from eagle3kit import evaluate as ev
-    from eagle3kit.config import build_config, build_model
-    from eagle3kit.export import reload
+    from eagle3kit.evaluate import acceptance as ev
+    from eagle3kit.draft.config import build_config
+    from eagle3kit.draft.model import build_model
+    from eagle3kit.evaluate.export import reload
     from eagle3kit.verifier import load_model, load_tokenizer
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -196,7 +200,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     k = args.k or (first.config.speculators_config.proposal_methods[0].speculative_tokens if first else 3)
     model, tok = load_model(verifier), load_tokenizer(verifier)
     if args.data:
-        from eagle3kit.data import held_out_conversations
+        from eagle3kit.data.loader import held_out_conversations
 
         source = held_out_conversations(args.data)
     else:
@@ -211,9 +215,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_masks(args: argparse.Namespace) -> int:
-    from eagle3kit.mask_explorer import parse_lengths
-    from eagle3kit.mask_stats import stats
-    from eagle3kit.masks import build_mask
+    from eagle3kit.masks.explorer import parse_lengths
+    from eagle3kit.masks.stats import stats
+    from eagle3kit.masks.eagle_mask import build_mask
 
     lengths = parse_lengths(args.lengths)
     mask = build_mask(lengths or [args.total_seq_len or 128], args.total_seq_len, args.ttt_steps,
@@ -224,7 +228,7 @@ def cmd_masks(args: argparse.Namespace) -> int:
     with _wide():
         print(stats(mask).to_string(index=False))
     if args.plot:
-        from eagle3kit import mask_plots
+        from eagle3kit.masks import plots as mask_plots
         from eagle3kit.atomic import atomic_file
 
         with atomic_file(args.plot) as tmp:

@@ -40,7 +40,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "first_steps": 2, "run_steps": 3, "n_gpus": 8},
         # demo training budget, shared with 06 (which resumes this session): 203 steps here + 197 in 06 = the 400-step
         # LR schedule, 1024 tokens a step under bf16 autocast, ~0.8 s/step on 2 cores -> ~6 min of training (issue 4).
-        # The draft starts from the verifier's last layer (eagle3kit.warm_start; bench/warm_start.py measures it).
+        # The draft starts from the verifier's last layer (eagle3kit.draft.warm_start; bench/warm_start.py measures it).
         "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 2048, "total_seq_len": 1024,
                  "lr": 2e-3, "max_steps": 400, "hidden_states_dtype": "bfloat16", "warm_start_layer": -1,
                  "first_steps": 3, "run_steps": 200, "n_gpus": 8},

@@ -46,6 +46,11 @@ class Verifier:
     def has_weights(self) -> bool:
         return self.kind != "preset"
 
+    @property
+    def config_source(self) -> str:
+        """Where speculators' path-based helpers can read this verifier's config (a preset's written config)."""
+        return self.path if self.path is not None else str(preset_dir(self.name))
+
     def require_path(self) -> str:
         if self.path is None:
             raise VerifierError(

@@ -36,7 +36,7 @@ TINY_DATA_VOCAB = 512
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
     """A real (tiny) training-data directory: 12 ShareGPT conversations through the tiny verifier."""
-    from eagle3kit.data import build_dataset
+    from eagle3kit.data.dataset import build_dataset
 
     out = tmp_path_factory.getbasetemp() / "eagle3kit-train-tiny-data"
     build_dataset("tiny", out, n_conversations=12, seq_length=TINY_DATA_SEQ, held_out=2,

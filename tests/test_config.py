@@ -5,17 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle3kit import config as dc
-from eagle3kit import config_report as report
-
-
+from eagle3kit.draft import config as dc
+from eagle3kit.draft.model import build_model
+from eagle3kit.draft import report
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_build_both_archs_and_run_forward(tiny_verifier, arch):
     build = dc.build_config(verifier="tiny", draft_arch=arch, ttt_steps=2)
     tl = build.config.transformer_layer_config
     assert tl.model_type == arch and tl.hidden_size == tiny_verifier.config.hidden_size
     assert build.aux_layer_ids == [2, 4, 5]  # speculators' default [2, L//2, L-3] for L=8
-    model = dc.build_model(build)
+    model = build_model(build)
     assert not torch.isnan(model.embed_tokens.weight).any() and not torch.isnan(model.lm_head.weight).any()
     hidden = torch.randn(1, 32, 3 * tl.hidden_size)
     ids = torch.randint(0, tl.vocab_size, (1, 32))
@@ -29,7 +28,7 @@ def test_verifier_weights_are_the_verifiers(tiny_verifier):
     from safetensors.torch import load_file
 
     build = dc.build_config(verifier="tiny")
-    model = dc.build_model(build)
+    model = build_model(build)
     weights = load_file(next(__import__("pathlib").Path(tiny_verifier.path).glob("*.safetensors")))
     assert torch.equal(model.embed_tokens.weight, weights["model.embed_tokens.weight"])
     assert torch.equal(model.verifier_norm.weight, weights["model.norm.weight"])
@@ -52,15 +51,15 @@ def test_registered_includes_speculators_flex():
 
 def test_auto_attention_lands_in_the_model():
     build = dc.build_config(verifier="tiny", device="cpu")
-    model = dc.build_model(build)
+    model = build_model(build)
     assert model._attn_impl == "sdpa"
-    explicit = dc.build_model(dc.build_config(verifier="tiny", attn_implementation="eager"))
+    explicit = build_model(dc.build_config(verifier="tiny", attn_implementation="eager"))
     assert explicit._attn_impl == "eager"
 
 
 def test_explanation_table_explains_every_field():
     build = dc.build_config(verifier="tiny", ttt_steps=4, num_layers=2)
-    model = dc.build_model(build)
+    model = build_model(build)
     table = report.explain(build, model)
     assert set(report._MEANING) <= set(table["field"])
     by = table.set_index("field")
@@ -78,7 +77,7 @@ def test_explanation_table_explains_every_field():
 
 def test_presets_build_on_meta_with_counts():
     build = dc.build_config(verifier="kimi-k2.5")
-    model = dc.build_model(build)
+    model = build_model(build)
     assert next(model.parameters()).device.type == "meta"
     tl = build.config.transformer_layer_config
     assert tl.hidden_size == 7168 and tl.vocab_size == 163840 and tl.intermediate_size == 18432
@@ -98,7 +97,7 @@ def test_bad_settings_are_one_sentence():
         dc.build_config(verifier="tiny", hidden=3)
     build = dc.build_config(verifier="tiny", draft_vocab_size=1000)
     with pytest.raises(ValueError, match="needs t2d/d2t"):
-        dc.build_model(build)
+        build_model(build)
 
 
 def test_draft_vocab_with_mapping():
@@ -107,5 +106,5 @@ def test_draft_vocab_with_mapping():
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[:1000] = True
     d2t = torch.zeros(1000, dtype=torch.long)  # target id = i + d2t[i]
-    model = dc.build_model(build, t2d=t2d, d2t=d2t)
+    model = build_model(build, t2d=t2d, d2t=d2t)
     assert model.lm_head.weight.shape == (1000, build.config.transformer_layer_config.hidden_size)

@@ -1,4 +1,4 @@
-"""eagle3kit.data on real small runs: tiny verifier (fast), SmolLM2 with a few conversations (slow)."""
+"""eagle3kit.data.dataset on real small runs: tiny verifier (fast), SmolLM2 with a few conversations (slow)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3kit import conversations as conv
-from eagle3kit import data
-
+from eagle3kit.data import conversations as conv
+from eagle3kit.data.conversations import HELD_OUT
+from eagle3kit.data.dataset import build_dataset
+from eagle3kit.data.loader import check_files, held_out_conversations, held_out_prompts, load_vocab_mapping, make_loader
+from eagle3kit.data.manifest import DataError, MANIFEST, read_manifest
+from eagle3kit.data.targets import verify_targets
 SMALL = dict(n_conversations=5, seq_length=160, held_out=2, progress=False, batch_size=2)
 
 
@@ -32,14 +35,14 @@ def _convs(n: int) -> list[dict]:
 def built(tmp_path_factory, tiny_verifier):
     """One tiny dataset from ShareGPT, shared by the read-only tests."""
     out = tmp_path_factory.mktemp("data") / "tiny"
-    info = data.build_dataset(tiny_verifier, out, draft_vocab_size=256, **SMALL)
+    info = build_dataset(tiny_verifier, out, draft_vocab_size=256, **SMALL)
     return out, info
 
 
 def test_layout_is_speculators(built, tiny_verifier):
     out, info = built
     assert info.n_samples >= 1 and info.files["written"] == info.n_samples
-    for name in ("state.json", "dataset_info.json", "token_freq.pt", "d2t-256.npy", "t2d-256.npy", data.HELD_OUT):
+    for name in ("state.json", "dataset_info.json", "token_freq.pt", "d2t-256.npy", "t2d-256.npy", HELD_OUT):
         assert (out / name).exists(), name
     from safetensors.torch import load_file
 
@@ -47,14 +50,14 @@ def test_layout_is_speculators(built, tiny_verifier):
     n_states = len(info.aux_layer_ids) + 1
     assert f["hidden_states"].shape[1:] == (n_states, tiny_verifier.text_config.hidden_size)
     assert f["token_ids"].dtype == torch.long and f["hidden_states"].shape[0] == f["token_ids"].shape[0]
-    assert len(data.held_out_conversations(out)) == 2
-    prompts = data.held_out_prompts(out)
+    assert len(held_out_conversations(out)) == 2
+    prompts = held_out_prompts(out)
     assert len(prompts) == 2 and all(p and p[-1]["role"] != "assistant" for p in prompts)
 
 
 def test_loader_through_speculators(built):
     out, info = built
-    batches = list(data.make_loader(out, total_seq_len=256))
+    batches = list(make_loader(out, total_seq_len=256))
     assert batches
     b = batches[0]
     n_aux = len(info.aux_layer_ids)
@@ -69,11 +72,11 @@ def test_loader_through_speculators(built):
 
 def test_vocab_mapping(built, tiny_verifier):
     out, _ = built
-    t2d, d2t = data.load_vocab_mapping(out, 256)
+    t2d, d2t = load_vocab_mapping(out, 256)
     assert t2d.dtype == torch.bool and int(t2d.sum()) == 256 and d2t.shape == (256,)
     target_ids = torch.arange(256) + d2t
     assert torch.equal(target_ids, torch.nonzero(t2d).flatten())
-    assert data.load_vocab_mapping(out, None) == (None, None)
+    assert load_vocab_mapping(out, None) == (None, None)
     # the most frequent assistant token is in the draft vocab
     freq = torch.load(out / "token_freq.pt", weights_only=True)
     assert bool(t2d[max(freq, key=freq.get)])
@@ -81,7 +84,7 @@ def test_vocab_mapping(built, tiny_verifier):
 
 def test_targets_check_passes(built):
     out, _ = built
-    result = data.verify_targets(out, n_samples=1, draft_vocab_size=256)
+    result = verify_targets(out, n_samples=1, draft_vocab_size=256)
     assert result["ok"], result
     assert result["argmax_agree"] == 1.0 and result["max_abs_diff"] < result["tolerance"]
 
@@ -108,23 +111,23 @@ def test_resume_skips_finished_and_gives_identical_bytes(tmp_path, tiny_verifier
     src = _jsonl(tmp_path / "c.jsonl", _convs(6))
     out = tmp_path / "d"
     kw = dict(SMALL, source=src, n_conversations=4, held_out=1)
-    data.build_dataset(tiny_verifier, out, **kw)
+    build_dataset(tiny_verifier, out, **kw)
     hs_dir = out / "hidden_states"
     original = {p.name: p.read_bytes() for p in hs_dir.glob("hs_*.safetensors")}
     # interruption: one file never written, one truncated mid-write, a stale temporary file, manifest not complete
     (hs_dir / "hs_1.safetensors").unlink()
     (hs_dir / "hs_2.safetensors").write_bytes(original["hs_2.safetensors"][:100])
     (hs_dir / ".hs_1.safetensors.tmp-abc").write_bytes(b"partial")
-    m = data.read_manifest(out)
+    m = read_manifest(out)
     m["complete"] = False
-    (out / data.MANIFEST).write_text(json.dumps(m))
-    with pytest.raises(data.DataError, match="incomplete"):
-        data.make_loader(out, 256)
-    info = data.build_dataset(tiny_verifier, out, **kw)
+    (out / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(DataError, match="incomplete"):
+        make_loader(out, 256)
+    info = build_dataset(tiny_verifier, out, **kw)
     assert info.files == {"written": 2, "skipped": 2, "remade": 1}
     assert {p.name: p.read_bytes() for p in hs_dir.glob("hs_*.safetensors")} == original
     assert not list(hs_dir.glob(".hs_*"))
-    again = data.build_dataset(tiny_verifier, out, **kw)
+    again = build_dataset(tiny_verifier, out, **kw)
     assert again.files == {"written": 0, "skipped": 4, "remade": 0}
 
 
@@ -134,7 +137,7 @@ def test_bad_hidden_state_files_are_found_and_remade(tmp_path, tiny_verifier):
     src = _jsonl(tmp_path / "c.jsonl", _convs(4))
     out = tmp_path / "d"
     kw = dict(SMALL, source=src, n_conversations=3, held_out=0)
-    data.build_dataset(tiny_verifier, out, **kw)
+    build_dataset(tiny_verifier, out, **kw)
     hs0 = out / "hidden_states" / "hs_0.safetensors"
     hs1 = out / "hidden_states" / "hs_1.safetensors"
     good0, good1 = hs0.read_bytes(), hs1.read_bytes()
@@ -144,51 +147,51 @@ def test_bad_hidden_state_files_are_found_and_remade(tmp_path, tiny_verifier):
     g = load_file(str(hs1))
     g["token_ids"][0] += 1  # token ids differ between dataset and file
     save_file(g, str(hs1))
-    with pytest.raises(data.DataError, match="non-finite"):
-        data.check_files(out, full=True)
-    with pytest.raises(data.DataError, match="hs_1"):
-        data.check_files(out, full=True)
-    info = data.build_dataset(tiny_verifier, out, **kw)
+    with pytest.raises(DataError, match="non-finite"):
+        check_files(out, full=True)
+    with pytest.raises(DataError, match="hs_1"):
+        check_files(out, full=True)
+    info = build_dataset(tiny_verifier, out, **kw)
     assert info.files["remade"] == 2
     assert hs0.read_bytes() == good0 and hs1.read_bytes() == good1
-    data.check_files(out, full=True)
+    check_files(out, full=True)
 
 
 def test_mismatched_verifier_or_aux_layers_refused(built, tmp_path, tiny_verifier, smollm2):
     out, info = built
-    with pytest.raises(data.DataError, match="aux layers"):
-        data.make_loader(out, 256, aux_layer_ids=[1, 2, 3])
-    with pytest.raises(data.DataError, match="made with verifier 'tiny'"):
-        data.make_loader(out, 256, verifier=smollm2)
-    with pytest.raises(data.DataError, match="made with verifier 'tiny'"):
-        data.build_dataset(smollm2, out, draft_vocab_size=256, **SMALL)
-    with pytest.raises(data.DataError, match="aux layers"):
-        data.build_dataset(tiny_verifier, out, aux_layer_ids=[1, 2, 3], **SMALL)
-    with pytest.raises(data.DataError, match="seq_length"):
-        data.build_dataset(tiny_verifier, out, **{**SMALL, "seq_length": 200})
+    with pytest.raises(DataError, match="aux layers"):
+        make_loader(out, 256, aux_layer_ids=[1, 2, 3])
+    with pytest.raises(DataError, match="made with verifier 'tiny'"):
+        make_loader(out, 256, verifier=smollm2)
+    with pytest.raises(DataError, match="made with verifier 'tiny'"):
+        build_dataset(smollm2, out, draft_vocab_size=256, **SMALL)
+    with pytest.raises(DataError, match="aux layers"):
+        build_dataset(tiny_verifier, out, aux_layer_ids=[1, 2, 3], **SMALL)
+    with pytest.raises(DataError, match="seq_length"):
+        build_dataset(tiny_verifier, out, **{**SMALL, "seq_length": 200})
 
 
 def test_bad_jsonl(tmp_path, tiny_verifier):
     good = _convs(3)
     bad_json = _jsonl(tmp_path / "a.jsonl", [good[0], good[1], "{not json", good[2]])
     with pytest.raises(conv.ConversationError, match="line 3 is not valid JSON"):
-        data.build_dataset(tiny_verifier, tmp_path / "a", source=bad_json, **SMALL)
+        build_dataset(tiny_verifier, tmp_path / "a", source=bad_json, **SMALL)
     no_assistant = _jsonl(tmp_path / "b.jsonl", [good[0], {"messages": [{"role": "user", "content": "hi"}]}])
     with pytest.raises(conv.ConversationError, match="line 2 has no assistant turn"):
-        data.build_dataset(tiny_verifier, tmp_path / "b", source=no_assistant, **SMALL)
+        build_dataset(tiny_verifier, tmp_path / "b", source=no_assistant, **SMALL)
     sharegpt_form = _jsonl(tmp_path / "c.jsonl", [{"conversations": [{"from": "human", "value": "hi"},
                                                                      {"from": "gpt", "value": "hello there"}]}])
     assert conv.read_jsonl(sharegpt_form)[0][1]["from"] == "gpt"
-    with pytest.raises(data.DataError, match="n_conversations<=1"):
-        data.build_dataset(tiny_verifier, tmp_path / "c", source=sharegpt_form, **{**SMALL, "held_out": 0})
+    with pytest.raises(DataError, match="n_conversations<=1"):
+        build_dataset(tiny_verifier, tmp_path / "c", source=sharegpt_form, **{**SMALL, "held_out": 0})
 
 
 def test_empty_samples_dropped_and_counted(tmp_path, tiny_verifier):
     long_prompt = {"messages": [{"role": "user", "content": "word " * 400}, {"role": "assistant", "content": "ok"}]}
     src = _jsonl(tmp_path / "c.jsonl", [*_convs(2), long_prompt])
-    with pytest.raises(data.DataError, match=r"1 dropped as empty.*n_conversations<=2"):
-        data.build_dataset(tiny_verifier, tmp_path / "d", source=src, **{**SMALL, "n_conversations": 3, "held_out": 0})
-    info = data.build_dataset(tiny_verifier, tmp_path / "e", source=src, **{**SMALL, "n_conversations": 2,
+    with pytest.raises(DataError, match=r"1 dropped as empty.*n_conversations<=2"):
+        build_dataset(tiny_verifier, tmp_path / "d", source=src, **{**SMALL, "n_conversations": 3, "held_out": 0})
+    info = build_dataset(tiny_verifier, tmp_path / "e", source=src, **{**SMALL, "n_conversations": 2,
                                                                             "held_out": 0})
     assert info.n_samples == 2 and info.counts["dropped_empty"] in (0, 1)
 
@@ -214,8 +217,8 @@ def test_missing_package_names_install_command(monkeypatch):
 def test_not_empty_dir_refused(tmp_path, tiny_verifier):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "notes.txt").write_text("mine")
-    with pytest.raises(data.DataError, match="not empty"):
-        data.build_dataset(tiny_verifier, tmp_path / "d", **SMALL)
+    with pytest.raises(DataError, match="not empty"):
+        build_dataset(tiny_verifier, tmp_path / "d", **SMALL)
     assert (tmp_path / "d" / "notes.txt").exists()
 
 
@@ -223,8 +226,8 @@ def test_interrupted_before_manifest_starts_again(tmp_path, tiny_verifier):
     src = _jsonl(tmp_path / "c.jsonl", _convs(3))
     out = tmp_path / "d"
     (out / ".arrow.tmp").mkdir(parents=True)  # what Ctrl-C during tokenization leaves
-    (out / data.HELD_OUT).write_text("")
-    info = data.build_dataset(tiny_verifier, out, source=src, **{**SMALL, "n_conversations": 2, "held_out": 1})
+    (out / HELD_OUT).write_text("")
+    info = build_dataset(tiny_verifier, out, source=src, **{**SMALL, "n_conversations": 2, "held_out": 1})
     assert info.n_samples == 2 and not (out / ".arrow.tmp").exists()
 
 
@@ -237,13 +240,13 @@ def test_sharegpt_reads_complete_records_only():
 @pytest.mark.slow
 def test_smollm2_targets_and_loader(tmp_path, smollm2):
     out = tmp_path / "s"
-    info = data.build_dataset(smollm2, out, n_conversations=3, seq_length=256, held_out=1, progress=False,
+    info = build_dataset(smollm2, out, n_conversations=3, seq_length=256, held_out=1, progress=False,
                               draft_vocab_size=4096)
-    result = data.verify_targets(out, n_samples=2, draft_vocab_size=4096)
+    result = verify_targets(out, n_samples=2, draft_vocab_size=4096)
     assert result["ok"], result
     # storing transformers' normed hidden_states[-1] would be caught: the targets move
     assert result["if_normed_twice"]["max_abs_diff"] > 10 * max(result["max_abs_diff"], 1e-4)
-    b = next(iter(data.make_loader(out, 512, verifier=smollm2, aux_layer_ids=info.aux_layer_ids)))
+    b = next(iter(make_loader(out, 512, verifier=smollm2, aux_layer_ids=info.aux_layer_ids)))
     assert b["hidden_states"].shape == (1, 512, 3 * 576)
     shutil.rmtree(out)
 
@@ -259,10 +262,10 @@ def test_killed_run_resumes_to_identical_bytes(tmp_path, tiny_verifier):
     src = _jsonl(tmp_path / "c.jsonl", _convs(20))
     kw = dict(source=str(src), n_conversations=16, seq_length=160, held_out=0, batch_size=1, progress=False)
     reference = tmp_path / "ref"
-    data.build_dataset(tiny_verifier, reference, **kw)
+    build_dataset(tiny_verifier, reference, **kw)
     out = tmp_path / "killed"
     code = (f"import torch; torch.set_num_threads(1); from eagle3kit import data; "
-            f"data.build_dataset({tiny_verifier.path!r}, {str(out)!r}, **{kw!r})")
+            f"build_dataset({tiny_verifier.path!r}, {str(out)!r}, **{kw!r})")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     hs_dir = out / "hidden_states"
     deadline = time.time() + 300
@@ -271,9 +274,9 @@ def test_killed_run_resumes_to_identical_bytes(tmp_path, tiny_verifier):
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_early = not (data.read_manifest(out) or {}).get("complete")
+    killed_early = not (read_manifest(out) or {}).get("complete")
     done_before = {p.name for p in hs_dir.glob("hs_*.safetensors")}
-    info = data.build_dataset(tiny_verifier.path, out, **kw)
+    info = build_dataset(tiny_verifier.path, out, **kw)
     assert info.files["skipped"] + info.files["remade"] >= len(done_before) - 1  # at most the file in flight lost
     if killed_early:
         assert info.files["written"] >= 1
@@ -301,10 +304,10 @@ def test_targets_check_without_manifest(built, tmp_path, tiny_verifier):
     out, _ = built
     plain = tmp_path / "plain"
     shutil.copytree(out, plain)
-    (plain / data.MANIFEST).unlink()
-    with pytest.raises(data.DataError, match="pass verifier="):
-        data.verify_targets(plain)
-    assert data.verify_targets(plain, verifier=tiny_verifier, n_samples=1)["ok"]
+    (plain / MANIFEST).unlink()
+    with pytest.raises(DataError, match="pass verifier="):
+        verify_targets(plain)
+    assert verify_targets(plain, verifier=tiny_verifier, n_samples=1)["ok"]
 
 
 def test_speculators_train_reads_the_directory(built, tiny_verifier):
@@ -319,7 +322,7 @@ def test_speculators_train_reads_the_directory(built, tiny_verifier):
     args = argparse.Namespace(d2t_path=None, t2d_path=None, data_path=str(out), draft_vocab_size=256,
                               token_freq_path=None, verifier_name_or_path=tiny_verifier.path, trust_remote_code=False)
     d2t, t2d, size = parse_vocab_mappings(args)
-    ours_t2d, ours_d2t = data.load_vocab_mapping(out, 256)
+    ours_t2d, ours_d2t = load_vocab_mapping(out, 256)
     assert size == 256 and torch.equal(d2t, ours_d2t) and torch.equal(t2d, ours_t2d)
     train, val = create_train_val_loaders(
         data_path=str(out), total_seq_len=256, hidden_states_dtype=torch.float32, vllm_endpoint="http://unused",
@@ -337,10 +340,10 @@ def test_bfloat16_data(tmp_path, tiny_verifier):
 
     src = _jsonl(tmp_path / "c.jsonl", _convs(3))
     out = tmp_path / "bf16"
-    data.build_dataset(tiny_verifier, out, source=src, dtype="bfloat16", **{**SMALL, "n_conversations": 2,
+    build_dataset(tiny_verifier, out, source=src, dtype="bfloat16", **{**SMALL, "n_conversations": 2,
                                                                              "held_out": 0})
     assert load_file(str(out / "hidden_states" / "hs_0.safetensors"))["hidden_states"].dtype == torch.bfloat16
-    result = data.verify_targets(out, n_samples=2)
+    result = verify_targets(out, n_samples=2)
     assert result["ok"] and result["stored_dtype"] == "torch.bfloat16", result
-    batch = next(iter(data.make_loader(out, 256, hidden_states_dtype=torch.float32)))
+    batch = next(iter(make_loader(out, 256, hidden_states_dtype=torch.float32)))
     assert batch["hidden_states"].dtype == torch.float32

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle3kit import evaluate as ev
-from eagle3kit.config import build_config, build_model
-from eagle3kit.decode import greedy_generate, speculative_generate, to_verifier_ids
-from eagle3kit.hidden_states import extract
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.draft.config import build_config
+from eagle3kit.draft.model import build_model
+from eagle3kit.evaluate.decode import greedy_generate, speculative_generate, to_verifier_ids
+from eagle3kit.data.hidden_states import extract
 from eagle3kit.verifier import load_model, load_tokenizer
 
 TEXTS = ["What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers."]
@@ -101,7 +102,7 @@ def test_first_draft_token_matches_the_ttt_forward(tiny, trained):
     model, tok, prompts, conts = tiny
     seq = torch.tensor([prompts[0][0].tolist() + conts[0]])
     tf = ev.teacher_forced_draft_tokens(model, trained, seq, 1)[0]
-    from eagle3kit.decode import aux_hidden_states, draft_step, project_aux
+    from eagle3kit.evaluate.decode import aux_hidden_states, draft_step, project_aux
     from transformers import DynamicCache
 
     with torch.no_grad():

@@ -9,9 +9,10 @@ import torch
 from speculators.losses import resolve_loss_config
 from speculators.models.eagle3 import Eagle3DraftModel
 
-from eagle3kit import doctor
-from eagle3kit.config import build_config, build_model
-from eagle3kit.probe_worker import make_batch
+from eagle3kit.doctor import checks as doctor
+from eagle3kit.draft.config import build_config
+from eagle3kit.draft.model import build_model
+from eagle3kit.doctor.probe_worker import make_batch
 
 EAGER = resolve_loss_config("kl_div", "eager")
 
@@ -185,8 +186,7 @@ def test_data_dir_check_on_a_real_directory(tmp_path, tiny_verifier):
 
     from safetensors.torch import load_file, save_file
 
-    from eagle3kit import data
-
+    from eagle3kit.data.dataset import build_dataset
     missing = doctor.check_data_dir(tmp_path / "missing", "tiny")
     assert [f.check for f in missing] == ["data_dir"] and missing[0].severity == "error"
     src = tmp_path / "c.jsonl"
@@ -194,7 +194,7 @@ def test_data_dir_check_on_a_real_directory(tmp_path, tiny_verifier):
                                                     {"role": "assistant", "content": f"It is {2 * i}. " * 4}]}) + "\n"
                            for i in range(3)))
     out = tmp_path / "data"
-    data.build_dataset(tiny_verifier, out, source=src, n_conversations=3, seq_length=64, held_out=0,
+    build_dataset(tiny_verifier, out, source=src, n_conversations=3, seq_length=64, held_out=0,
                        progress=False, batch_size=3)
     ok = doctor.check_data_dir(out, "tiny")
     assert [f.severity for f in ok] == ["info"] and "pre-norm" in ok[0].what
@@ -208,7 +208,6 @@ def test_data_dir_check_on_a_real_directory(tmp_path, tiny_verifier):
 
 def test_cli_doctor_exit_code(capsys):
     from eagle3kit import cli
-
     assert cli.main(["doctor", "--verifier", "tiny", "--device", "cpu"]) == 0
     assert cli.main(["doctor", "--verifier", "tiny", "--device", "cpu", "--model", "--loss", "eager"]) == 0
     assert "no findings" in capsys.readouterr().out

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.figure import Figure
 
-from eagle3kit import evaluate as ev
-from eagle3kit.config import build_config, build_model
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.draft.config import build_config
+from eagle3kit.draft.model import build_model
 from eagle3kit.verifier import load_model, load_tokenizer
 
 
@@ -91,10 +92,10 @@ def test_simulate_on_the_tiny_verifier(tiny_verifier):
 
 def test_cli_evaluate_prints_tau_for_an_exported_and_an_untrained_draft(tmp_path, capsys):
     from eagle3kit.cli import main
-    from eagle3kit.export import export_draft
+    from eagle3kit.draft.model import save_draft
 
     torch.manual_seed(0)
-    out = export_draft(build_model(build_config(verifier="tiny", ttt_steps=2)), tmp_path / "draft")
+    out = save_draft(build_model(build_config(verifier="tiny", ttt_steps=2)), tmp_path / "draft")
     code = main(["evaluate", "--draft", str(out), "--untrained", "--prompt", "Say hi", "--n-prompts", "1",
                  "--max-new-tokens", "6"])
     text = capsys.readouterr().out

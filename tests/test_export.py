@@ -9,9 +9,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from eagle3kit import export
-from eagle3kit.config import build_config, build_model
-from eagle3kit.decode import speculative_generate
+from eagle3kit.draft.model import save_draft
+from eagle3kit.evaluate import export
+from eagle3kit.draft.config import build_config
+from eagle3kit.draft.model import build_model
+from eagle3kit.evaluate.decode import speculative_generate
 from eagle3kit.verifier import load_model, load_tokenizer
 
 
@@ -30,7 +32,7 @@ def draft_with_vocab():
 
 
 def test_export_writes_speculators_format_with_the_vocab_mapping(draft_with_vocab, tmp_path):
-    out = export.export_draft(draft_with_vocab, tmp_path / "draft")
+    out = save_draft(draft_with_vocab, tmp_path / "draft")
     names = set(export.files(out)["file"])
     assert {"config.json", "model.safetensors"} <= names
     cfg = json.loads((out / "config.json").read_text())
@@ -43,7 +45,7 @@ def test_export_writes_speculators_format_with_the_vocab_mapping(draft_with_voca
 
 
 def test_reload_through_speculators_gives_the_same_tensors_and_tokens(draft_with_vocab, tmp_path, tiny_verifier):
-    out = export.export_draft(draft_with_vocab, tmp_path / "draft")
+    out = save_draft(draft_with_vocab, tmp_path / "draft")
     check = export.reload_check(draft_with_vocab, out)
     assert check["ok"].all(), check[~check["ok"]]
     assert {"d2t", "t2d", "fc.weight"} <= set(check["tensor"])
@@ -57,14 +59,14 @@ def test_reload_through_speculators_gives_the_same_tensors_and_tokens(draft_with
 
 
 def test_bfloat16_export(draft_with_vocab, tmp_path):
-    out = export.export_draft(draft_with_vocab, tmp_path / "bf16", dtype="bfloat16")
+    out = save_draft(draft_with_vocab, tmp_path / "bf16", dtype="bfloat16")
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         assert f.get_tensor("fc.weight").dtype == torch.bfloat16
     assert draft_with_vocab.fc.weight.dtype == torch.float32  # the original is untouched
 
 
 def test_vllm_commands(draft_with_vocab, tmp_path):
-    out = export.export_draft(draft_with_vocab, tmp_path / "my draft")
+    out = save_draft(draft_with_vocab, tmp_path / "my draft")
     cmds = export.vllm_commands(out)
     assert shlex.split(cmds["short"]) == ["vllm", "serve", str(out.resolve())]
     args = shlex.split(cmds["long"])

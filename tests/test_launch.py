@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from eagle3kit import launch
-from eagle3kit.config import build_config
-from eagle3kit.train import TrainSettings
+from eagle3kit.train import launch
+from eagle3kit.draft.config import build_config
+from eagle3kit.train.session import TrainSettings
 
 from conftest import TINY_DATA_SEQ as SEQ
 from conftest import TINY_DATA_VOCAB as VOCAB

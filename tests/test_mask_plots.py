@@ -7,9 +7,9 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from eagle3kit import mask_plots
-from eagle3kit.mask_explorer import MaskExplorer, parse_lengths
-from eagle3kit.masks import MaskInputError, build_mask, document_ids_from_lengths
+from eagle3kit.masks import plots as mask_plots
+from eagle3kit.masks.explorer import MaskExplorer, parse_lengths
+from eagle3kit.masks.eagle_mask import MaskInputError, build_mask, document_ids_from_lengths
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.nn.attention.flex_attention import flex_attention
 
-from eagle3kit.mask_stats import blockmask_bytes, check_equivalence, dense_masks, stats
-from eagle3kit.masks import BLOCK, EMPTY, FULL, MaskInputError, build_mask, document_ids_from_lengths
+from eagle3kit.masks.stats import blockmask_bytes, check_equivalence, dense_masks, stats
+from eagle3kit.masks.eagle_mask import BLOCK, EMPTY, FULL, MaskInputError, build_mask, document_ids_from_lengths
 
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -129,7 +129,8 @@ def test_flex_sdpa_and_eager_attention_outputs_agree():
 @pytest.mark.parametrize("attn", ["simple_flex_attention", "sdpa", "eager"])
 def test_same_mask_as_the_real_draft_model(tiny_verifier, attn):
     """Capture the mask speculators' Eagle3DraftModel hands its decoder layer at each TTT step."""
-    from eagle3kit.config import build_config, build_model
+    from eagle3kit.draft.config import build_config
+    from eagle3kit.draft.model import build_model
 
     build = build_config(verifier="tiny", attn_implementation=attn, device="cpu", ttt_steps=3)
     model = build_model(build).eval()

@@ -33,6 +33,23 @@ def test_notebook_hygiene(path):
         assert set(own) <= declared, f"preset {preset} passes {set(own) - declared} that the notebook does not declare"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_matches_its_jupytext_source(path):
+    """notebooks/NN_*.py (jupytext percent format) is the source; the .ipynb must hold the same cells.
+
+    After editing the .py: ``.venv/bin/jupytext --sync notebooks/*.py`` (or ``make notebooks``)."""
+    import jupytext
+
+    source = path.with_suffix(".py")
+    assert source.exists(), f"{source.name} is missing: run jupytext --set-formats ipynb,py:percent {path}"
+    text, ipynb = jupytext.read(source), jupytext.read(path)
+
+    def cells(nb):
+        return [(c.cell_type, c.source, sorted(c.metadata.get("tags", []))) for c in nb.cells]
+
+    assert cells(text) == cells(ipynb), f"{path.name} and {source.name} differ: run jupytext --sync {source}"
+
+
 def test_every_preset_key_is_used_by_some_notebook():
     declared = set().union(*(set(papermill.inspect_notebook(str(p))) for p in NOTEBOOKS))
     for preset in presets.NAMES:

@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
-from eagle3kit import cli, probe
+from eagle3kit import cli
 
-
+from eagle3kit.doctor import probe
 @pytest.fixture(scope="module")
 def matrix():
     assert not torch.cuda.is_available(), "these expectations are for a CPU-only machine"

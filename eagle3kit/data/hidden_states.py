@@ -1,0 +1,150 @@
+"""Verifier hidden states exactly as vLLM hands them to speculators, written as ``hidden_states/hs_{i}.safetensors``.
+
+Conventions (checked by :func:`eagle3kit.data.targets.verify_targets`):
+
+* aux layer id ``i`` is the *input* of decoder layer ``i`` = HF ``output_hidden_states[i]`` (0 = embeddings);
+* the last stored state is the final decoder layer's output *before* the final norm (speculators applies
+  ``verifier_norm`` itself). transformers' ``output_hidden_states[-1]`` is already normed, so it is taken from a
+  forward pre-hook on the final norm instead.
+
+Each file holds ``hidden_states`` ``[seq, n_aux + 1, hidden]`` and ``token_ids`` ``[seq]`` and is written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+
+def hs_path(hs_dir: str | os.PathLike, index: int) -> Path:
+    return Path(hs_dir) / f"hs_{index}.safetensors"
+
+
+def final_norm(model) -> torch.nn.Module:
+    """The decoder's final norm (``model.model.norm`` for Llama-like verifiers)."""
+    base = getattr(model, "model", model)
+    norm = getattr(base, "norm", None)
+    if norm is None:
+        raise ValueError(
+            f"{type(model).__name__} has no final norm at model.model.norm, so the pre-norm last state cannot be "
+            "captured; eagle3kit supports Llama/Qwen-style decoders."
+        )
+    return norm
+
+
+@torch.no_grad()
+def extract(model, input_ids: torch.Tensor, aux_layer_ids: Sequence[int]) -> torch.Tensor:
+    """``[batch, seq, n_aux + 1, hidden]``: aux states then the pre-norm last state (right padding is harmless)."""
+    captured: dict[str, torch.Tensor] = {}
+    handle = final_norm(model).register_forward_pre_hook(lambda _m, args: captured.__setitem__("h", args[0]))
+    try:
+        base = getattr(model, "model", model)
+        out = base(input_ids=input_ids, output_hidden_states=True, use_cache=False)
+    finally:
+        handle.remove()
+    states = [out.hidden_states[i] for i in aux_layer_ids] + [captured["h"]]
+    return torch.stack(states, dim=2)
+
+
+def write_file(path: Path, hidden_states: torch.Tensor, token_ids: torch.Tensor) -> None:
+    """Write one sample atomically (temporary sibling + rename)."""
+    from safetensors.torch import save_file
+
+    from eagle3kit.atomic import atomic_file
+
+    with atomic_file(path) as tmp:
+        save_file({"hidden_states": hidden_states.contiguous(), "token_ids": token_ids.to(torch.long).contiguous()},
+                  str(tmp))
+
+
+def remove_partial(hs_dir: Path) -> int:
+    """Delete temporary files a killed run left behind; return how many."""
+    stale = list(hs_dir.glob(".hs_*.tmp-*")) if hs_dir.exists() else []
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return len(stale)
+
+
+def check_file(path: Path, token_ids: list[int], n_states: int | None = None, hidden: int | None = None) -> str | None:
+    """Why ``path`` is unusable (unreadable, wrong tokens/shape, non-finite), or None when it is fine."""
+    from safetensors.torch import load_file
+    from speculators.data_generation.offline import check_hidden_states
+
+    try:
+        data = load_file(str(path))
+        check_hidden_states(data, token_ids)
+    except Exception as exc:  # noqa: BLE001 - every reason counts as "make it again"
+        return str(exc).splitlines()[0][:200] or type(exc).__name__
+    shape = tuple(data["hidden_states"].shape)
+    if (n_states is not None and shape[1] != n_states) or (hidden is not None and shape[2] != hidden):
+        return f"hidden_states has shape {shape}, expected [seq, {n_states}, {hidden}]"
+    return None
+
+
+def scan(hs_dir: Path, samples: Sequence[list[int]], n_states: int, hidden: int, full: bool = True) -> dict:
+    """Which files are done, missing or bad. ``full`` loads every file (NaN, token ids); else headers only."""
+    from speculators.data_generation.offline import (
+        find_corrupt_hidden_state_indices,
+        get_existing_hidden_state_indices,
+    )
+
+    existing = set(get_existing_hidden_state_indices(hs_dir))
+    bad = find_corrupt_hidden_state_indices(hs_dir, sorted(existing))
+    if full:
+        for i in sorted(existing - set(bad)):
+            if i < len(samples) and (why := check_file(hs_path(hs_dir, i), samples[i], n_states, hidden)):
+                bad[i] = why
+    done = sorted(i for i in existing if i not in bad and i < len(samples))
+    missing = sorted(set(range(len(samples))) - set(done))
+    return {"done": done, "missing": missing, "bad": bad}
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Fixed batches of indices, longest first (the same plan on every run, so a resume gives identical bytes)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+
+
+def extract_to_files(
+    model,
+    samples: Sequence[list[int]],
+    hs_dir: Path,
+    aux_layer_ids: Sequence[int],
+    todo: set[int],
+    batch_size: int = 4,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    progress: bool = True,
+    on_file: Callable[[int], None] | None = None,
+) -> dict:
+    """Run the verifier over the planned batches that contain a ``todo`` index; write those files."""
+    from tqdm.auto import tqdm
+
+    hs_dir.mkdir(parents=True, exist_ok=True)
+    batches = [b for b in plan_batches([len(s) for s in samples], batch_size) if todo & set(b)]
+    total = sum(len(samples[i]) for b in batches for i in b)
+    pad = 0
+    t0 = time.perf_counter()
+    written = 0
+    with tqdm(total=total, unit="tok", desc="hidden states", disable=not progress) as bar:
+        for batch in batches:
+            width = max(len(samples[i]) for i in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            for r, i in enumerate(batch):
+                ids[r, : len(samples[i])] = torch.tensor(samples[i])
+            states = extract(model, ids.to(device), aux_layer_ids).to("cpu", dtype)
+            for r, i in enumerate(batch):
+                if i in todo:
+                    n = len(samples[i])
+                    write_file(hs_path(hs_dir, i), states[r, :n], ids[r, :n])
+                    written += 1
+                    if on_file:
+                        on_file(i)
+            bar.update(sum(len(samples[i]) for i in batch))
+            bar.set_postfix(tok_s=f"{bar.n / max(time.perf_counter() - t0, 1e-9):.0f}")
+    seconds = time.perf_counter() - t0
+    return {"written": written, "tokens": total, "seconds": seconds, "tokens_per_s": total / seconds if seconds else 0}

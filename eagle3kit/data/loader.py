@@ -1,0 +1,109 @@
+"""Reading a data directory made by :func:`eagle3kit.data.dataset.build_dataset`: packed batches, held-out prompts.
+
+``make_loader`` packs batches as ``speculators train`` does (``ArrowDataset`` -> multipack sampler ->
+``CollateFn(shift_batch)``); ``check_files`` names every hidden-state file that is missing or bad.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from datasets import load_from_disk
+from speculators.models.eagle3.data import shift_batch
+from speculators.train.data import ArrowDataset, CollateFn
+from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
+from torch.utils.data import DataLoader
+
+from eagle3kit.data import conversations as conv
+from eagle3kit.data import hidden_states as hs
+from eagle3kit.data.dataset import build_dataset
+from eagle3kit.data.manifest import DataError, check_compatible, read_manifest, require_manifest
+from eagle3kit.data.vocab import load_mapping
+from eagle3kit.verifier import Verifier
+
+def load_vocab_mapping(data_dir: str | os.PathLike, draft_vocab_size: int | None
+                       ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(t2d, d2t) for ``draft_vocab_size`` from ``DIR/{t2d,d2t}-N.npy`` (made from token_freq.pt if absent)."""
+    m = require_manifest(data_dir)
+    return load_mapping(data_dir, draft_vocab_size, m["verifier"]["vocab_size"])
+
+
+def held_out_conversations(data_dir: str | os.PathLike) -> list[list[dict]]:
+    """The held-out conversations (role/content turns) for evaluation."""
+    path = Path(data_dir) / conv.HELD_OUT
+    return conv.read_jsonl(path) if path.exists() and path.stat().st_size else []
+
+
+def held_out_prompts(data_dir: str | os.PathLike) -> list[list[dict]]:
+    """Each held-out conversation up to its first assistant reply (render with ``add_generation_prompt=True``)."""
+    out = []
+    for turns in held_out_conversations(data_dir):
+        j = next(j for j, t in enumerate(turns) if t["role"] == "assistant" and j > 0)
+        out.append(turns[:j])
+    return out
+
+
+def check_files(data_dir: str | os.PathLike, full: bool = False) -> None:
+    """Raise when a hidden-state file is missing or bad (``full`` also loads each: NaN, token ids)."""
+    m = require_manifest(data_dir)
+    samples = [row.tolist() for row in load_from_disk(str(data_dir))["input_ids"]]
+    state = hs.scan(Path(data_dir) / "hidden_states", samples, len(m["aux_layer_ids"]) + 1,
+                    m["verifier"]["hidden_size"], full=full)
+    problems = [f"hs_{i}: missing" for i in state["missing"] if i not in state["bad"]]
+    problems += [f"hs_{i}: {why}" for i, why in sorted(state["bad"].items())]
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; ... ({len(problems)} in all)" if len(problems) > 5 else "")
+        raise DataError(f"{data_dir} has unusable hidden-state files ({shown}); run build_dataset again with the "
+                        "same settings to make them again.")
+
+
+def load_dataset(data_dir: str | os.PathLike, max_len: int, hidden_states_dtype: torch.dtype = torch.float32,
+                 train_ratio: float = 1.0, split: str = "train"):
+    """speculators' ``ArrowDataset`` over ``data_dir`` (cached files only: ``on_missing="raise"``)."""
+    return ArrowDataset(max_len=max_len, datapath=str(data_dir), on_missing="raise", train_ratio=train_ratio,
+                        split=split, hidden_states_dtype=hidden_states_dtype)
+
+
+def make_loader(
+    data_dir: str | os.PathLike,
+    total_seq_len: int,
+    hidden_states_dtype: torch.dtype = torch.float32,
+    train_ratio: float = 1.0,
+    split: str = "train",
+    seed: int = 0,
+    max_batches: int | None = None,
+    verifier: Verifier | str | None = None,
+    aux_layer_ids: list[int] | None = None,
+    check: bool = True,
+):
+    """Packed batches as ``speculators train`` makes them: ArrowDataset -> multipack sampler -> CollateFn(shift_batch).
+
+    Each batch: hidden_states [1, T, n_aux*hidden], input_ids, verifier_last_hidden_states, loss_mask, position_ids,
+    document_ids (-1 = padding) with T = ``total_seq_len``. ``verifier`` / ``aux_layer_ids`` are checked against the
+    manifest when given.
+    """
+    m = check_compatible(data_dir, verifier, aux_layer_ids)
+    if not m.get("complete"):
+        raise DataError(f"{data_dir} is incomplete (extraction was interrupted); run build_dataset again to finish it.")
+    if check:
+        check_files(data_dir, full=False)
+    dataset = load_dataset(data_dir, total_seq_len, hidden_states_dtype, train_ratio, split)
+    sampler = MultipackDistributedBatchSamplerV2(batch_max_length=total_seq_len, lengths=dataset.approx_lengths,
+                                                 num_replicas=1, rank=0, seed=seed, max_batches=max_batches)
+    collate = CollateFn(total_seq_len, m["verifier"]["hidden_size"], num_target_layers=len(m["aux_layer_ids"]),
+                        dtype=hidden_states_dtype, preprocess=shift_batch)
+    return DataLoader(dataset, batch_sampler=sampler, num_workers=0, collate_fn=collate)
+
+
+def find_or_build_data(workdir: str | os.PathLike, verifier: str, rebuild: bool = False, **build_kwargs) -> Path:
+    """Notebook 04's data (``workdir/data``) when it is complete and ``rebuild`` is False; else a small one made
+    here with :func:`build_dataset` in ``workdir/data_05`` (resumable; ``build_kwargs`` go to it)."""
+    theirs = Path(workdir) / "data"
+    manifest = read_manifest(theirs)
+    if not rebuild and manifest is not None and manifest.get("complete"):
+        return theirs
+    mine = Path(workdir) / "data_05"
+    build_dataset(verifier, mine, **build_kwargs)
+    return mine

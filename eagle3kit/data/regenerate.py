@@ -1,0 +1,183 @@
+"""Self-distillation data: the verifier writes the assistant replies it will later be asked to speed up.
+
+A draft learns to predict the verifier. On human-written replies (ShareGPT) the training text is not what the
+verifier would write, so at serving time the draft meets text unlike its training data. Replacing each reply by the
+verifier's own greedy answer removes that gap; speculators' ``scripts/regenerate_responses`` does the same through a
+vLLM server, here transformers' ``generate`` does it on any device.
+
+Each conversation keeps its system turns and its first user turn (cut to ``max_prompt_tokens``) and gets
+the verifier's reply. The output is a JSONL (``{"messages": [...]}`` per line) that
+``eagle3kit.data.dataset.build_dataset(source=...)`` reads. Work is saved after every batch to ``<out>.partial``; an
+interrupted run resumes there, and the final file is written atomically, in the source's seeded order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eagle3kit.data import conversations as conv
+from eagle3kit.atomic import write_text
+from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
+
+
+@dataclass
+class RegenInfo:
+    path: str
+    n_conversations: int
+    generated_tokens: int
+    seconds: float  # of this call's generation (0 when everything was already done)
+    tokens_per_s: float | None
+    resumed: int  # conversations taken over from an interrupted run
+    empty: int  # prompts the verifier answered with nothing at once (left out)
+
+
+def prompt_turns(turns: conv.Turns) -> conv.Turns | None:
+    """The system turns before the first user turn, and that user turn (None when there is no user text).
+
+    Assistant turns before the first user turn (ShareGPT has some) are left out: they answer nothing."""
+    for j, t in enumerate(turns):
+        if t["role"] == "user":
+            head = [dict(x) for x in turns[:j] if x["role"] == "system"]
+            return [*head, dict(t)] if t["content"].strip() else None
+    return None
+
+
+def regenerate(
+    verifier: Verifier | str = "smollm2",
+    out_path: str | os.PathLike = "regenerated.jsonl",
+    n_conversations: int = 64,
+    max_new_tokens: int = 256,
+    max_prompt_tokens: int = 256,
+    seed: int = 0,
+    source: str | os.PathLike | None = None,
+    batch_size: int = 16,
+    device: str = "auto",
+    progress: bool = True,
+) -> RegenInfo:
+    """Write ``n_conversations`` conversations whose reply is the verifier's greedy answer (resumable)."""
+    from tqdm.auto import tqdm
+
+    from eagle3kit.draft.config import resolve_device
+
+    if n_conversations < 1 or max_new_tokens < 1 or max_prompt_tokens < 1 or batch_size < 1:
+        raise ValueError("n_conversations, max_new_tokens, max_prompt_tokens and batch_size must be >= 1.")
+    v = resolve(verifier)
+    out = Path(out_path)
+    partial = out.with_name(out.name + ".partial")
+    settings = {"verifier": v.path, "n_conversations": n_conversations, "max_new_tokens": max_new_tokens,
+                "max_prompt_tokens": max_prompt_tokens,
+                "seed": seed, "source": str(Path(source).resolve()) if source is not None else None}
+    if out.is_file():  # finished before with the same settings: nothing to read or generate
+        done = _read_records(out)
+        if done and done[0].get("settings") == settings:
+            return RegenInfo(str(out), len(done), 0, 0.0, None, len(done), 0)
+    tokenizer = load_tokenizer(v)
+    prompts = _prompts(tokenizer, source, seed, n_conversations, max_prompt_tokens)
+    records = _resume(partial, settings)
+    resumed = len(records)
+    todo = [i for i in range(len(prompts)) if i not in records]
+    if todo:
+        model = load_model(v, device=resolve_device(device))
+        todo.sort(key=lambda i: len(prompts[i][1]))  # similar lengths per batch: less padding
+        t0, n_tokens = time.perf_counter(), 0
+        bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=not progress)
+        with partial.open("a", encoding="utf-8") as f:
+            if not resumed:
+                f.write(json.dumps({"settings": settings}) + "\n")
+            for b in range(0, len(todo), batch_size):
+                idx = todo[b: b + batch_size]
+                replies = _generate(model, tokenizer, [prompts[i][1] for i in idx], max_new_tokens)
+                for i, (text, n) in zip(idx, replies, strict=True):
+                    records[i] = {"index": i, "messages": prompts[i][0] + [{"role": "assistant", "content": text}],
+                                  "tokens": n}
+                    f.write(json.dumps(records[i]) + "\n")
+                    n_tokens += n
+                f.flush()
+                bar.update(len(idx))
+                bar.set_postfix(tok_s=f"{n_tokens / (time.perf_counter() - t0):.0f}")
+        bar.close()
+        seconds = time.perf_counter() - t0
+    else:
+        seconds, n_tokens = 0.0, 0
+    kept = [records[i] for i in range(len(prompts)) if records[i]["messages"][-1]["content"].strip()]
+    if not kept:
+        raise ValueError(f"The verifier's reply was empty for all {len(prompts)} prompts (it ended the turn at once); "
+                         "is it a chat model with a chat template? Try more conversations or another verifier.")
+    lines = [json.dumps({"messages": r["messages"], "settings": settings}) for r in kept]
+    write_text(out, "\n".join(lines) + "\n")
+    partial.unlink(missing_ok=True)
+    return RegenInfo(str(out), len(kept), sum(r["tokens"] for r in kept), round(seconds, 2),
+                     round(n_tokens / seconds, 1) if seconds else None, resumed, len(prompts) - len(kept))
+
+
+def _prompts(tokenizer, source, seed: int, n: int, max_prompt_tokens: int) -> list[tuple[conv.Turns, list[int]]]:
+    """(prompt turns, chat-template ids with the generation prompt) for the first ``n`` usable conversations.
+
+    A prompt seen before is skipped: its greedy reply would be the same, so a copy in the held-out part would be a
+    training sample ("continue", "hi" and some questions occur several times in ShareGPT)."""
+    out, seen = [], set()
+    for turns in conv.ordered(conv.read(source), seed):
+        head = prompt_turns(turns)
+        if head is None:
+            continue
+        ids = tokenizer(head[-1]["content"], add_special_tokens=False)["input_ids"]
+        if len(ids) > max_prompt_tokens:
+            head[-1]["content"] = tokenizer.decode(ids[:max_prompt_tokens])
+        chat = tuple(tokenizer.apply_chat_template(head, add_generation_prompt=True, tokenize=True,
+                                                   return_dict=True)["input_ids"])
+        if chat in seen:
+            continue
+        seen.add(chat)
+        out.append((head, list(chat)))
+        if len(out) == n:
+            return out
+    raise conv.ConversationError(
+        f"The source has only {len(out)} conversations with a distinct user turn; ask for fewer.")
+
+
+@torch.no_grad()
+def _generate(model, tokenizer, batch: list[list[int]], max_new_tokens: int) -> list[tuple[str, int]]:
+    """Greedy replies of one left-padded batch: (text, token count), cut at the end-of-turn token."""
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    width = max(map(len, batch))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=model.device)
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                         eos_token_id=eos, pad_token_id=pad)
+    replies = []
+    for row in out[:, width:].tolist():
+        if eos in row:
+            row = row[: row.index(eos)]
+        replies.append((tokenizer.decode(row, skip_special_tokens=True), len(row)))
+    return replies
+
+
+def _read_records(path: Path) -> list[dict]:
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line cut by an interruption: everything after it is redone
+    return records
+
+
+def _resume(partial: Path, settings: dict) -> dict[int, dict]:
+    """Finished records of an interrupted run with the same settings (else start over)."""
+    if not partial.is_file():
+        return {}
+    lines = _read_records(partial)
+    if not lines or lines[0].get("settings") != settings:
+        partial.unlink()
+        return {}
+    records = {r["index"]: r for r in lines[1:] if "index" in r}
+    # rewrite without a line an interruption may have cut, so appending continues a valid file
+    write_text(partial, "\n".join(json.dumps(x) for x in [lines[0], *records.values()]) + "\n")
+    return records

@@ -1,0 +1,275 @@
+"""A measured attention-backend matrix: each cell is a real draft step run in a worker subprocess with a time limit.
+
+A segfault, an exception or a hang becomes a row (``crashed``, ``error``, ``timeout``) instead of a dead kernel. The
+worker (``probe_worker``) runs the cells it is given in order and reports each; when it dies or hangs,
+the cell in flight gets the row and a fresh worker takes the remaining cells. Nothing here is written in advance:
+every value comes from running speculators' ``Eagle3DraftModel`` on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+BACKENDS = ("eager", "sdpa", "simple_flex_attention", "flex_attention")
+MODES = ("forward", "forward+backward")
+COLUMNS = ["backend", "mode", "seq_len", "status", "error", "resolved", "mask", "seconds", "loss", "max_abs_dloss",
+           "token_agreement"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    backend: str  # an attention implementation, or "unset" (leave _attn_implementation None)
+    mode: str  # "forward" (no grad) | "forward+backward"
+    seq_len: int = 256
+    ttt_steps: int = 3
+    repeats: int = 1  # steps timed; seconds is their median
+
+    def spec(self) -> dict:
+        return {"backend": self.backend, "grad": self.mode == "forward+backward", "seq_len": self.seq_len,
+                "ttt_steps": self.ttt_steps, "repeats": self.repeats}
+
+
+def matrix_cells(backends=BACKENDS, modes=MODES, seq_len: int = 256, ttt_steps: int = 3,
+                 repeats: int = 1) -> list[Cell]:
+    """Every backend x mode, eager first (it is the reference for Δ loss and token agreement)."""
+    ordered = ["eager", *[b for b in backends if b != "eager"]]
+    return [Cell(b, m, seq_len, ttt_steps, repeats) for b in ordered for m in modes]
+
+
+def _signal_name(rc: int) -> str:
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def _read_events(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:  # a line cut by a crash
+            break
+    return events
+
+
+def _tail(path: Path) -> str:
+    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()] if path.exists() else []
+    return lines[-1][:200] if lines else ""
+
+
+def run_cells(cells: list[Cell], verifier: str = "tiny", device: str = "cpu", seed: int = 0, timeout_s: float = 120,
+              startup_timeout_s: float = 600, threads: int | None = None, isolate_each: bool = False,
+              draft_vocab_size: int | None = None, progress: bool = True) -> dict[int, dict]:
+    """Run ``cells`` in worker subprocesses; return ``{cell index: result}`` (a result per cell, whatever happens).
+
+    ``draft_vocab_size`` shrinks the draft's vocab (first N token ids) to make each step cheaper.
+    """
+    from tqdm.auto import tqdm
+
+    workdir = Path(tempfile.mkdtemp(prefix="eagle3kit-probe-"))
+    spec = {"verifier": verifier, "device": device, "seed": seed, "weights": str(workdir / "weights.pt"),
+            "threads": threads or min(2, os.cpu_count() or 1), "cells": [c.spec() for c in cells],
+            "draft_vocab_size": draft_vocab_size}
+    bar = tqdm(total=len(cells), desc="probe", disable=not progress)
+    try:
+        return _run(cells, spec, workdir, timeout_s, startup_timeout_s, isolate_each, bar)
+    finally:
+        bar.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(cells, spec, workdir: Path, timeout_s, startup_timeout_s, isolate_each, bar) -> dict[int, dict]:
+    results: dict[int, dict] = {}
+    remaining = list(range(len(cells)))
+    launch = 0
+    while remaining:
+        launch += 1
+        run = remaining[:1] if isolate_each else list(remaining)
+        spec_path, events_path, log_path = (workdir / f"{n}-{launch}" for n in ("spec.json", "events.jsonl", "log"))
+        spec_path.write_text(json.dumps({**spec, "run": run}))
+        with open(log_path, "w") as log:
+            worker = [sys.executable, "-m", "eagle3kit.doctor.probe_worker", str(spec_path), str(events_path)]
+            proc = subprocess.Popen(worker,
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                outcome = _watch(proc, events_path, timeout_s, startup_timeout_s, results, bar, cells)
+            except BaseException:  # Ctrl-C in the notebook or terminal: take the worker down with us
+                _kill(proc)
+                raise
+        if outcome is not None:  # the worker died or hung: a row for the cell in flight, or for all if at startup
+            index, row = outcome
+            if index is None:
+                row["error"] = f"{row['error']}: {_tail(log_path)}"
+                for i in [r for r in run if r not in results]:
+                    results[i] = dict(row)
+                    bar.update(1)
+            else:
+                results[index] = row
+                bar.update(1)
+        remaining = [i for i in remaining if i not in results]
+    return results
+
+
+def _kill(proc) -> None:
+    """SIGKILL the worker's own process group (it was started with start_new_session)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _watch(proc, events_path: Path, timeout_s, startup_timeout_s, results, bar, cells):
+    """Follow one worker; record finished cells; return (cell or None, row) if it died or hung, else None."""
+    started, current, cell_t0, seen = time.time(), None, None, 0
+    ready, info = False, {}
+    while True:
+        events = _read_events(events_path)
+        for ev in events[seen:]:
+            if ev["event"] == "ready":
+                ready = True
+            elif ev["event"] == "start":
+                current, cell_t0, info = ev["cell"], time.time(), {}
+            elif ev["event"] == "info":
+                info = {k: v for k, v in ev.items() if k not in ("event", "cell")}
+            elif ev["event"] == "done":
+                results[ev["cell"]] = {k: v for k, v in ev.items() if k not in ("event", "cell")}
+                bar.update(1)
+                bar.set_postfix_str(f"{cells[ev['cell']].backend} {cells[ev['cell']].mode}: {ev['status']}")
+                current = None
+        seen = len(events)
+        rc = proc.poll()
+        if rc is not None:
+            if current is not None:
+                why = f"process died with {_signal_name(rc)}" if rc < 0 else f"process exited with code {rc}"
+                return current, {**info, "status": "crashed", "error": why, "seconds": time.time() - cell_t0}
+            if not ready:
+                return None, {"status": "error", "error": f"worker failed before the first cell (exit {rc})"}
+            return None if rc == 0 else (None, {"status": "error", "error": f"worker exited with code {rc}"})
+        limit_hit = (current is not None and time.time() - cell_t0 > timeout_s) or (
+            not ready and time.time() - started > startup_timeout_s)
+        if limit_hit:
+            _kill(proc)
+            if current is None:
+                return None, {"status": "timeout", "error": f"worker did not start within {startup_timeout_s:.0f}s"}
+            return current, {**info, "status": "timeout", "error": f"no result within {timeout_s:.0f}s (killed)",
+                             "seconds": time.time() - cell_t0}
+        time.sleep(0.1)
+
+
+def probe(verifier: str = "tiny", device: str = "auto", backends=BACKENDS, modes=MODES, seq_len: int = 256,
+          ttt_steps: int = 3, seed: int = 0, timeout_s: float = 120, extra_cells: list[Cell] | None = None,
+          repeats: int = 1, draft_vocab_size: int | None = None, isolate_each: bool = False,
+          progress: bool = True) -> pd.DataFrame:
+    """The measured matrix: status, mask kind, seconds, loss, max |Δ loss| and draft-token agreement vs eager.
+
+    ``extra_cells`` adds single cells (another sequence length, ``unset``) after the matrix. ``isolate_each`` starts
+    a fresh process for every cell (slower; by default a process is restarted only after a crash or hang).
+    ``repeats``: steps timed per cell (median); loss and tokens come from the first. ``draft_vocab_size``: a smaller
+    draft vocab (first N ids) makes every step cheaper without touching attention.
+    """
+    from eagle3kit.draft.config import resolve_device
+    from eagle3kit.verifier import resolve
+
+    device = resolve_device(device)
+    if not resolve(verifier).has_weights:  # fail early, in this process, with the verifier's own message
+        raise ValueError(f"verifier {verifier!r} is a config-only preset; the probe runs real steps: use 'tiny', "
+                         "'smollm2' or a local HF directory.")
+    cells = matrix_cells(backends, modes, seq_len, ttt_steps, repeats) + list(extra_cells or [])
+    results = run_cells(cells, verifier, device, seed, timeout_s, isolate_each=isolate_each,
+                        draft_vocab_size=draft_vocab_size, progress=progress)
+    return compare(cells, results)
+
+
+def compare(cells: list[Cell], results: dict[int, dict]) -> pd.DataFrame:
+    """One row per cell, with Δ loss and token agreement against the eager cell of the same mode and length."""
+    reference = {(c.mode, c.seq_len, c.ttt_steps): results.get(i) for i, c in enumerate(cells) if c.backend == "eager"}
+    rows = []
+    for i, cell in enumerate(cells):
+        res = results.get(i, {"status": "error", "error": "no result"})
+        ref = reference.get((cell.mode, cell.seq_len, cell.ttt_steps))
+        row = {"backend": cell.backend, "mode": cell.mode, "seq_len": cell.seq_len, "status": res["status"],
+               "error": res.get("error", ""), "resolved": res.get("resolved", ""), "mask": res.get("mask", ""),
+               "seconds": res.get("seconds"), "loss": res.get("loss"), "max_abs_dloss": None, "token_agreement": None}
+        if res["status"] == "ok" and ref and ref.get("status") == "ok":
+            row["max_abs_dloss"] = abs(res["loss"] - ref["loss"])
+            pairs = [(a, b) for sa, sb in zip(res["tokens"], ref["tokens"], strict=True)
+                     for a, b in zip(sa, sb, strict=True)]
+            row["token_agreement"] = sum(a == b for a, b in pairs) / len(pairs)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def timing_figure(matrix: pd.DataFrame):
+    """Horizontal bars of seconds per cell; failed cells are labelled with their status instead of a bar."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 0.9 + 0.32 * len(matrix)))
+    ax = fig.subplots()
+    first_len = matrix.seq_len.iloc[0]
+    labels = [f"{r.backend} · {r.mode}" + (f" · {r.seq_len} tok" if r.seq_len != first_len else "")
+              for r in matrix.itertuples()]
+    secs = [r.seconds if r.status == "ok" else 0.0 for r in matrix.itertuples()]
+    ys = range(len(matrix))[::-1]
+    ax.barh(list(ys), secs, color=["tab:green" if r.status == "ok" else "tab:red" for r in matrix.itertuples()])
+    for y, r in zip(ys, matrix.itertuples(), strict=True):
+        text = f"{r.seconds:.2f}s" if r.status == "ok" else r.status
+        ax.text(max(secs) * 0.01 + (r.seconds if r.status == "ok" else 0), y, text, va="center", fontsize=8,
+                color="black" if r.status == "ok" else "tab:red")
+    ax.set_yticks(list(ys), labels, fontsize=8)
+    ax.set_xlabel("seconds per draft step (median)")
+    ax.set_xlim(0, max(secs + [1e-3]) * 1.2)
+    ax.set_title("Attention backends on this device (green: ran; red label: failed)")
+    fig.tight_layout()
+    return fig
+
+
+def recommend(matrix: pd.DataFrame, training: bool = True) -> str | None:
+    """The fastest backend whose cells (with gradients when ``training``) ran and matched eager; None if none did."""
+    mode = "forward+backward" if training else "forward"
+    first_len = matrix.seq_len.iloc[0]
+    rows = matrix[(matrix["mode"] == mode) & (matrix.seq_len == first_len) & (matrix.status == "ok")]
+    good = rows[(rows.backend == "eager") | ((rows.max_abs_dloss.fillna(1.0) < 1e-4)
+                                             & (rows.token_agreement.fillna(0.0) >= 0.999))]
+    good = good[good.backend != "unset"]
+    return None if good.empty else str(good.sort_values("seconds").iloc[0].backend)
+
+
+def story(configs: dict[str, object], matrix: pd.DataFrame, device: str = "cpu", seq_len: int | None = None,
+          backend_of: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per attention setting: what speculators resolves it to, the mask it builds, the probe's outcome, the doctor's.
+
+    ``configs`` maps a label to a draft config; ``backend_of`` maps a label to its probe backend (default: the label).
+    """
+    from eagle3kit.doctor import checks as doctor
+    rows = []
+    for label, config in configs.items():
+        facts = doctor.attention_facts(config)
+        findings = doctor.check(config, device=device, training=True, loss="eager", seq_len=seq_len)
+        backend = (backend_of or {}).get(label, label)
+        row = {"setting": label, "resolves to": facts["resolved"], "mask built": facts["mask"],
+               "backend consumes": ", ".join(sorted(doctor.CONSUMES.get(facts["backend"], {"?"})))}
+        for mode in MODES:
+            cell = matrix[(matrix.backend == backend) & (matrix["mode"] == mode)]
+            if seq_len is not None:
+                cell = cell[cell.seq_len == seq_len]
+            row[mode] = "not probed" if cell.empty else (
+                "ok" if cell.iloc[0].status == "ok" else f"{cell.iloc[0].status}: {cell.iloc[0].error}")
+        errors = [f.what for f in findings if f.severity == "error"]
+        row["doctor"] = "; ".join(errors) if errors else "no errors"
+        rows.append(row)
+    return pd.DataFrame(rows)

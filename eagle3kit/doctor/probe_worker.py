@@ -1,0 +1,167 @@
+"""One probe worker process: build a tiny draft once, then run the requested attention cells, one JSON line each.
+
+Run by :mod:`~eagle3kit.doctor.probe` as ``python -m eagle3kit.doctor.probe_worker SPEC RESULTS``. Before each cell it
+writes a ``start`` line, after it a ``done`` line, so that a segfault or hang inside a cell is pinned to that cell
+by the parent. All cells use the same weights (a state dict saved by the first worker, loaded by every later one)
+and the same seeded batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import sys
+import time
+import warnings
+
+
+def _emit(out, **event) -> None:
+    out.write(json.dumps(event) + "\n")
+    out.flush()
+
+
+def make_batch(seq_len: int, n_aux: int, hidden: int, vocab: int, seed: int, device: str) -> dict:
+    """A packed batch like speculators' collate output: two documents plus 8 padding positions, batch dim 1."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed + seq_len)
+    pad = min(8, seq_len // 4)
+    first = (seq_len - pad) * 3 // 5
+    doc = torch.tensor([0] * first + [1] * (seq_len - pad - first) + [-1] * pad).unsqueeze(0)
+    batch = {
+        "hidden_states": torch.randn(1, seq_len, n_aux * hidden, generator=g),
+        "input_ids": torch.randint(0, vocab, (1, seq_len), generator=g),
+        "document_ids": doc,
+        "loss_mask": (doc != -1),
+        "verifier_last_hidden_states": torch.randn(1, seq_len, hidden, generator=g),
+    }
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def mask_kind(mask) -> str:
+    """Name the kind of attention mask speculators built: BlockMask, bool dense or float additive."""
+    import torch
+    from torch.nn.attention.flex_attention import BlockMask
+
+    if isinstance(mask, BlockMask):
+        return "BlockMask"
+    if isinstance(mask, torch.Tensor):
+        if mask.dtype == torch.bool:
+            return "bool dense"
+        return "float additive" if mask.is_floating_point() else "int dense"
+    return type(mask).__name__
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
+def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: str, seed: int, row: dict,
+             note=lambda **_: None) -> None:
+    """Build the draft with ``cell['backend']`` (``unset``: ``_attn_implementation`` left None), run it, fill ``row``.
+
+    ``note`` is called with the resolved backend and mask kind before the step, so that a crash still reports them.
+    """
+    import torch
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    config = copy.deepcopy(build.config)
+    backend = cell["backend"]
+    config.transformer_layer_config._attn_implementation = None if backend == "unset" else backend  # noqa: SLF001
+    torch.manual_seed(seed)
+    model = Eagle3DraftModel(config)
+    model.load_state_dict(state_dict)
+    model.to(device).train(cell["grad"])
+    row["resolved"] = model._attn_impl  # noqa: SLF001
+    seq_len = batch["input_ids"].shape[1]
+    row["mask"] = mask_kind(model._build_attn_mask(batch["document_ids"][0], seq_len, device))  # noqa: SLF001
+    note(resolved=row["resolved"], mask=row["mask"])
+    times = []
+    for repeat in range(max(1, cell.get("repeats", 1))):
+        model.zero_grad(set_to_none=True)
+        row["t0"] = time.perf_counter()
+        with torch.set_grad_enabled(cell["grad"]):
+            tokens, loss, _metrics = model(**batch, ttt_steps=cell["ttt_steps"], loss_config=loss_config)
+            if cell["grad"]:
+                loss.backward()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - row.pop("t0"))
+        if repeat == 0:
+            row["loss"] = float(loss.detach())
+            row["tokens"] = [t[0].tolist() for t in tokens]
+    row["seconds"] = sorted(times)[len(times) // 2]  # median
+
+
+def _first_tokens_mapping(build):
+    """t2d/d2t for a reduced draft vocab (the first N token ids): attention does not depend on which tokens."""
+    import torch
+
+    vocab, draft = build.verifier.text_config.vocab_size, build.config.draft_vocab_size
+    if draft == vocab:
+        return None, None
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[:draft] = True
+    return t2d, torch.zeros(draft, dtype=torch.long)
+
+
+def main(spec_path: str, results_path: str) -> int:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    with open(results_path, "a") as out:
+        _emit(out, event="importing", pid=os.getpid())
+        import torch
+
+        torch.set_num_threads(spec.get("threads", 2))
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            from speculators.losses import resolve_loss_config
+
+            from eagle3kit.draft.config import build_config
+
+            from eagle3kit.draft.model import build_model
+
+            build = build_config(verifier=spec["verifier"], attn_implementation="eager", device=spec["device"],
+                                 ttt_steps=max(c["ttt_steps"] for c in spec["cells"]),
+                                 draft_vocab_size=spec.get("draft_vocab_size"))
+            torch.manual_seed(spec["seed"])
+            # verifier-owned weights come from the verifier, the same in every process
+            draft = build_model(build, *_first_tokens_mapping(build))
+            weights = spec["weights"]  # the trainable ones from the first worker's file, so all cells share them
+            if os.path.exists(weights):
+                draft.load_state_dict(torch.load(weights, map_location="cpu"), strict=False)
+            else:
+                trainable = {n: p.detach().cpu() for n, p in draft.named_parameters() if p.requires_grad}
+                tmp = f"{weights}.tmp-{os.getpid()}"
+                torch.save(trainable, tmp)
+                os.replace(tmp, weights)
+            state_dict = {k: v.cpu() for k, v in draft.state_dict().items()}
+            del draft
+        loss_config = resolve_loss_config("kl_div", spec.get("loss_implementation", "eager"))
+        tl = build.config.transformer_layer_config
+        n_aux = len(build.aux_layer_ids)
+        _emit(out, event="ready")
+        for index in spec["run"]:
+            cell = spec["cells"][index]
+            batch = make_batch(cell["seq_len"], n_aux, tl.hidden_size, tl.vocab_size, spec["seed"], spec["device"])
+            _emit(out, event="start", cell=index, t=time.time())
+            row: dict = {}
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    run_cell(build, state_dict, cell, batch, loss_config, spec["device"], spec["seed"], row,
+                             note=lambda _i=index, **kw: _emit(out, event="info", cell=_i, **kw))
+                _emit(out, event="done", cell=index, status="ok", **row)
+            except Exception as exc:  # the point of the probe: report, then go on with the next cell
+                row["seconds"] = time.perf_counter() - row.pop("t0") if "t0" in row else None
+                _emit(out, event="done", cell=index, status="error", error=first_line(exc), **row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

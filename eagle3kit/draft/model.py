@@ -1,0 +1,69 @@
+"""The draft as a model: speculators' ``Eagle3DraftModel`` built from a :class:`DraftBuild`, and saved.
+
+Every place in eagle3kit that needs a draft builds it here: verifier-owned weights (embedding, ``lm_head`` rows,
+final norm) are loaded through speculators, quietly; the vocab mapping comes from the data directory; an optional
+warm start copies a verifier layer in (:mod:`eagle3kit.draft.warm_start`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import torch
+from speculators.models.eagle3 import Eagle3DraftModel
+
+from eagle3kit.atomic import atomic_dir
+from eagle3kit.data.vocab import load_mapping
+from eagle3kit.draft.config import DraftBuild
+from eagle3kit.draft.warm_start import warm_start
+from eagle3kit.logs import quiet
+
+
+def build_model(build: DraftBuild, t2d: torch.Tensor | None = None, d2t: torch.Tensor | None = None,
+                warm_start_layer: int | None = None) -> Eagle3DraftModel:
+    """Instantiate ``Eagle3DraftModel`` with the verifier-owned weights loaded through speculators.
+
+    Config-only presets are built on the meta device (shapes and parameter counts, no memory).
+    ``warm_start_layer``: start the draft from that verifier decoder layer (None: speculators' random init).
+    """
+    config = build.config
+    if not build.verifier.has_weights:
+        with torch.device("meta"):
+            return Eagle3DraftModel(config)
+    if config.draft_vocab_size != build.verifier.text_config.vocab_size and (t2d is None or d2t is None):
+        raise ValueError(
+            f"draft_vocab_size={config.draft_vocab_size} is smaller than the verifier's vocab, so the draft needs "
+            "t2d/d2t; make them from token frequencies with `eagle3kit data --draft-vocab-size N` "
+            "(or leave draft_vocab_size unset)."
+        )
+    model = Eagle3DraftModel(config)
+    model.load_vocab_mappings(t2d, d2t)
+    with quiet():
+        model.load_verifier_weights()
+        if warm_start_layer is not None:
+            warm_start(model, build, warm_start_layer)
+    return model.to(build.device)
+
+
+def build_for_data(build: DraftBuild, data_dir: str | os.PathLike,
+                   warm_start_layer: int | None = None) -> Eagle3DraftModel:
+    """:func:`build_model` with the vocab mapping (d2t/t2d) of a data directory made by ``eagle3kit data``."""
+    t2d, d2t = load_mapping(data_dir, build.config.draft_vocab_size, build.verifier.text_config.vocab_size)
+    return build_model(build, t2d, d2t, warm_start_layer)
+
+
+def save_draft(model: Eagle3DraftModel, out_dir: str | os.PathLike, dtype: str = "float32") -> Path:
+    """The draft in speculators' format (``save_pretrained``), in ``dtype``, written atomically.
+
+    The model itself is not changed: a copy is cast (and speculators' ``save_pretrained`` writes
+    ``architectures`` / ``auto_map`` into the config it saves, so that too is a copy's).
+    """
+    if getattr(model, "use_draft_vocab", False) and (model.d2t is None or model.t2d is None):
+        raise ValueError("The draft has a reduced vocabulary but no d2t/t2d; load them with "
+                         "draft.load_vocab_mappings(t2d, d2t) before saving.")
+    twin = copy.deepcopy(model).to(getattr(torch, dtype))
+    with atomic_dir(out_dir) as tmp:
+        twin.save_pretrained(tmp)
+    return Path(out_dir)

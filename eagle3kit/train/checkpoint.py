@@ -1,0 +1,133 @@
+"""Checkpoints of a :class:`~eagle3kit.train.session.TrainSession`: speculators' model format plus the training state.
+
+A checkpoint directory is a speculators model directory (``save_pretrained``: ``config.json`` +
+``model.safetensors``, loadable with ``SpeculatorModel.from_pretrained``) with the training state alongside, under
+the file names speculators' own checkpointer uses where it has one:
+
+- ``optimizer_state_dict.pt``, ``scheduler_state_dict.pt`` (as speculators' ``SingleGPUCheckpointer`` writes them)
+- ``training_state.pt``: step, data position (epoch, batch index), RNG states, metric history
+- ``session.json``: the draft spec and training settings, and the fingerprint a resume is checked against
+
+The model is saved in float32 (speculators saves bfloat16 by default) so that a resumed run equals the
+uninterrupted run bit for bit. The directory is written atomically: it appears complete or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from eagle3kit.atomic import atomic_dir
+
+SESSION_FILE = "session.json"
+STATE_FILE = "training_state.pt"
+OPTIMIZER_FILE = "optimizer_state_dict.pt"
+SCHEDULER_FILE = "scheduler_state_dict.pt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be resumed here, with the reason and the fix."""
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch (CPU and CUDA) random states, in a ``torch.load(weights_only=True)``-safe form."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002
+    state = {
+        "python": random.getstate(),
+        "numpy": [kind, torch.from_numpy(np.asarray(keys).copy()), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy(), pos, has_gauss, cached))  # noqa: NPY002
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    directory: str | os.PathLike,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    state: dict[str, Any],
+    session: dict[str, Any],
+) -> Path:
+    """Write one checkpoint directory atomically (see the module docstring for its layout)."""
+    target = Path(directory)
+    with atomic_dir(target) as tmp:
+        model.save_pretrained(tmp)
+        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
+        torch.save({**state, "rng": rng_state()}, tmp / STATE_FILE)
+        (tmp / SESSION_FILE).write_text(json.dumps(session, indent=2, sort_keys=True, default=str))
+    return target
+
+
+def read_session(directory: str | os.PathLike) -> dict[str, Any]:
+    """The ``session.json`` of a checkpoint; a clear error when ``directory`` is not one."""
+    path = Path(directory)
+    missing = [f for f in (SESSION_FILE, STATE_FILE, OPTIMIZER_FILE, "config.json") if not (path / f).exists()]
+    if missing:
+        raise CheckpointError(
+            f"{str(path)!r} is not an eagle3kit training checkpoint (missing {', '.join(missing)}); "
+            "pass a directory written by TrainSession.save()."
+        )
+    return json.loads((path / SESSION_FILE).read_text())
+
+
+def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], directory: str | os.PathLike) -> None:
+    """Refuse a checkpoint made with another configuration, naming every field that differs."""
+    keys = sorted(set(saved) | set(current))
+    differ = [k for k in keys if _canon(saved.get(k)) != _canon(current.get(k))]
+    if differ:
+        details = "; ".join(f"{k}: checkpoint={saved.get(k)!r}, now={current.get(k)!r}" for k in differ[:6])
+        raise CheckpointError(
+            f"The checkpoint {str(directory)!r} was made with another configuration ({details}); resume it with "
+            "TrainSession.resume(directory), which rebuilds its own configuration, or start a new session."
+        )
+
+
+def _canon(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def load_training_state(
+    directory: str | os.PathLike,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> dict[str, Any]:
+    """Restore model weights, optimizer, scheduler and RNG from ``directory``; return the saved state dict."""
+    from safetensors.torch import load_file
+
+    path = Path(directory)
+    weights = load_file(str(path / "model.safetensors"), device=str(next(model.parameters()).device))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    ignorable = set(getattr(model, "_keys_to_ignore_on_save", None) or [])
+    if unexpected or set(missing) - ignorable:
+        raise CheckpointError(
+            f"The model weights in {str(path)!r} do not fit this draft (missing {sorted(set(missing) - ignorable)}, "
+            f"unexpected {sorted(unexpected)}); it was made for another draft configuration."
+        )
+    optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
+    scheduler.load_state_dict(torch.load(path / SCHEDULER_FILE, weights_only=True))
+    for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
+        group["lr"] = lr  # as speculators' checkpointer does after loading a scheduler
+    state = torch.load(path / STATE_FILE, weights_only=True)
+    set_rng_state(state.pop("rng"))
+    return state

@@ -1,0 +1,235 @@
+"""Scale a run out through speculators' own trainer: a ``TrainConfig`` YAML, the torchrun command, and a dry run.
+
+The YAML states every value that defines the run (draft shape, data, loss, optimizer, schedule) explicitly, is
+validated by speculators' ``TrainConfig`` (the same resolution ``speculators train --config`` uses), and runs on N
+GPUs with ``torchrun --nproc_per_node=N -m speculators.train --config run.yaml`` (``--fsdp-shard`` to shard with
+FSDP2). :func:`dry_run` runs ``speculators train --dry-run`` on it here, on the CPU, and :func:`round_trip` compares
+the ``config.json`` it writes with eagle3kit's own draft, field by field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from speculators.train.config import TrainConfig
+from speculators.train.config.resolution import DECODER_SHAPING_FLAGS
+from speculators.train.config.schema import nest_flat
+
+from eagle3kit.atomic import write_text
+from eagle3kit.draft.config import DraftBuild
+from eagle3kit.draft.model import build_for_data, save_draft
+from eagle3kit.masks.eagle_mask import BLOCK
+
+# Why eagle3kit writes a value that differs from the speculators CLI default (the explanation table shows them).
+_WHY = {
+    "optimizer": "eagle3kit's TrainSession steps AdamW (speculators' CLI default is Muon + AdamW)",
+    "total_seq_len": "the run's packed length, chosen small enough for a CPU session",
+    "seed": "the session's seed (packing order and draft init)",
+    "on_missing": "the data directory is complete (made by the HF verifier); no vLLM server generates on demand",
+    "draft_vocab_size": "the pruned draft vocab of the data directory's d2t/t2d",
+    "target_layer_ids": "the aux layers the data directory was made with",
+    "verifier_name_or_path": "the local verifier directory; edit it for the cluster",
+    "data_path": "the data directory made by notebook 04 / eagle3kit.data.dataset; copy it to the cluster",
+    "save_path": "where speculators writes checkpoints",
+    "log_dir": "where speculators writes logs",
+    "num_workers": "dataloader workers per GPU; the small data sets here need few",
+    "max_steps": "the session's step budget (also the LR schedule's horizon)",
+    "lr": "the session's learning rate",
+    "from_pretrained": "the draft warm-started from a verifier layer (eagle3kit.draft.warm_start)",
+}
+
+
+@dataclasses.dataclass
+class LaunchPlan:
+    """A run for speculators' trainer: the validated config, its YAML and the command that runs it."""
+
+    config: Any  # speculators.train.config.TrainConfig
+    yaml_path: Path
+    n_gpus: int
+    fsdp: bool
+
+    @property
+    def yaml(self) -> str:
+        return self.yaml_path.read_text()
+
+    @property
+    def command(self) -> str:
+        return torchrun_command(self.yaml_path, self.n_gpus, self.fsdp)
+
+
+def flat_config(build: DraftBuild, settings, data_dir: str | os.PathLike, save_path: str | os.PathLike,
+                attn_implementation: str = "simple_flex_attention", hidden_states_dtype: str = "bfloat16",
+                loss_implementation: str = "fused", num_workers: int = 4, verifier: str | None = None,
+                log_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The run as speculators' flat ``TrainConfig`` fields (GPU defaults: flex attention, bf16, fused loss)."""
+    spec, cfg = build.spec, build.config
+    vocab = build.verifier.text_config.vocab_size
+    flat = {
+        "speculator_type": "eagle3", "seed": settings.seed,
+        "verifier_name_or_path": verifier or build.verifier.require_path(),
+        "num_layers": spec.num_layers, "draft_arch": spec.draft_arch, "draft_hidden_act": spec.hidden_act,
+        "sliding_window": spec.sliding_window, "full_attention_indices": list(spec.full_attention_indices),
+        "target_layer_ids": list(build.aux_layer_ids),
+        "draft_vocab_size": cfg.draft_vocab_size if cfg.draft_vocab_size != vocab else None,
+        "norm_before_residual": cfg.norm_before_residual, "norm_before_fc": cfg.norm_before_fc,
+        "fc_norm": cfg.fc_norm, "norm_output": cfg.norm_output, "embed_requires_grad": cfg.embed_requires_grad,
+        "draft_attn_impl": attn_implementation,
+        "data_path": str(Path(data_dir).resolve()), "total_seq_len": settings.total_seq_len,
+        "train_data_ratio": settings.train_data_ratio, "hidden_states_dtype": hidden_states_dtype,
+        "num_workers": num_workers, "on_missing": "raise",
+        "loss_implementation": loss_implementation, "loss_fn": settings.loss_fn,
+        "ttt_steps": cfg.speculators_config.proposal_methods[0].speculative_tokens,
+        "ttt_step_loss_decay": settings.ttt_step_loss_decay,
+        "optimizer": "adamw", "lr": settings.lr, "weight_decay": settings.weight_decay,
+        "scheduler_type": settings.scheduler_type, "scheduler_warmup_steps": settings.warmup_steps,
+        "epochs": settings.epochs, "max_steps": settings.max_steps,
+        "save_path": str(Path(save_path).resolve()),
+        "log_dir": str(Path(log_dir).resolve()) if log_dir else str(Path(save_path).resolve() / "logs"),
+    }
+    return flat
+
+
+def validate_yaml(path: str | os.PathLike):
+    """Resolve a YAML exactly as ``speculators train --config`` does; unknown keys are an error here."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = TrainConfig.from_sources(cli={}, config_path=str(path),
+                                       argv=["speculators", "train", "--config", str(path)])
+    unknown = [str(w.message) for w in caught if "unrecognised keys" in str(w.message)]
+    if unknown:
+        raise ValueError(unknown[0] + "; remove them (speculators would silently ignore them).")
+    return cfg
+
+
+def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir: str | os.PathLike,
+               n_gpus: int = 8, fsdp: bool = False, **options: Any) -> LaunchPlan:
+    """Write ``out_dir/run.yaml`` (atomically), validate it with speculators' ``TrainConfig``, return the plan.
+
+    ``options`` go to :func:`flat_config` (attention, dtype, loss implementation, workers, verifier path).
+    """
+    if n_gpus < 1:
+        raise ValueError(f"n_gpus={n_gpus}: use 1 or more GPUs.")
+    attn = options.get("attn_implementation", "simple_flex_attention")
+    if attn == "simple_flex_attention" and settings.total_seq_len % BLOCK:
+        raise ValueError(
+            f"total_seq_len={settings.total_seq_len} is not a multiple of {BLOCK}: speculators' flex attention "
+            f"would fail at TTT step 1 on the GPUs; use a multiple of {BLOCK} (e.g. "
+            f"{-(-settings.total_seq_len // BLOCK) * BLOCK}) or attn_implementation='sdpa'."
+        )
+    out = Path(out_dir)
+    flat = flat_config(build, settings, data_dir, out / "checkpoints", **options)
+    if getattr(settings, "warm_start_layer", None) is not None:  # speculators starts from these weights
+        flat["from_pretrained"] = str(write_warm_start(build, data_dir, out / "warm_start",
+                                                       settings.warm_start_layer).resolve())
+        for key in DECODER_SHAPING_FLAGS:  # the saved draft defines the decoder; speculators refuses both
+            flat.pop(key, None)
+    flat = {k: v for k, v in flat.items() if v is not None}
+    path = out / "run.yaml"
+    write_text(path, yaml.safe_dump({"train": nest_flat(flat)}, sort_keys=False, default_flow_style=False))
+    return LaunchPlan(validate_yaml(path), path, n_gpus, fsdp)
+
+
+def torchrun_command(yaml_path: str | os.PathLike, n_gpus: int = 8, fsdp: bool = False) -> str:
+    """The command that runs the YAML on ``n_gpus`` GPUs of one node with speculators' distributed trainer."""
+    parts = ["torchrun", "--standalone", f"--nproc_per_node={n_gpus}", "-m", "speculators.train",
+             "--config", str(yaml_path)]
+    if fsdp:
+        parts.append("--fsdp-shard")  # FSDP2 parameter sharding (needs torchrun)
+    return shlex.join(parts)
+
+
+def explain_plan(plan: LaunchPlan) -> pd.DataFrame:
+    """Every field the YAML sets: value, the speculators CLI default, and why eagle3kit's value differs."""
+    written = _flatten_nested(yaml.safe_load(plan.yaml)["train"])
+    defaults = TrainConfig().flatten()
+    rows = []
+    for key, value in written.items():
+        default = defaults.get(key)
+        same = value == default
+        rows.append({"field": key, "value": _short(value), "speculators default": _short(default),
+                     "differs": "" if same else "yes", "why": "" if same else _WHY.get(key, "the session's setting")})
+    return pd.DataFrame(rows)
+
+
+def _flatten_nested(nested: dict) -> dict:
+    out = {}
+    for key, value in nested.items():
+        if isinstance(value, dict):
+            out.update(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 60 else "..." + text[-57:]
+
+
+def write_warm_start(build: DraftBuild, data_dir: str | os.PathLike, out_dir: str | os.PathLike, layer: int) -> Path:
+    """The warm-started draft (:mod:`eagle3kit.draft.warm_start`) saved for ``speculators train --from-pretrained``."""
+    return save_draft(build_for_data(build, data_dir, layer), out_dir)
+
+
+def dry_run(plan: LaunchPlan, out_dir: str | os.PathLike, timeout: float = 600) -> Path:
+    """Run ``speculators train --config run.yaml --dry-run`` on the CPU; return the directory it saved the draft to.
+
+    speculators builds the draft from the YAML, loads the verifier's weights and the vocab mapping, saves an
+    initialised checkpoint (in ``hidden_states_dtype``) and exits before training.
+    """
+    out = Path(out_dir).resolve()
+    cmd = [sys.executable, "-m", "speculators.train", "--config", str(plan.yaml_path), "--dry-run",
+           "--save-path", str(out), "--log-dir", str(out / "logs")]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    if proc.returncode != 0 or not (out / "config.json").exists():
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
+        raise RuntimeError(f"speculators train --dry-run failed (exit {proc.returncode}):\n{tail}")
+    return out
+
+
+def _flat_json(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat_json(v, f"{prefix}.{k}" if prefix else k))
+        return out
+    return {prefix: obj}
+
+
+def eagle3kit_config_json(build: DraftBuild, data_dir: str | os.PathLike, dtype: str = "bfloat16",
+                          model=None) -> dict:
+    """The ``config.json`` eagle3kit's own draft saves (``save_pretrained`` of the model, in ``dtype``).
+
+    ``model``: an already built draft of ``build`` (e.g. ``TrainSession.model``; not changed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        save_draft(model if model is not None else build_for_data(build, data_dir), Path(tmp) / "draft", dtype)
+        return json.loads((Path(tmp) / "draft" / "config.json").read_text())
+
+
+def compare_configs(ours: dict, theirs: dict) -> pd.DataFrame:
+    """Field by field (nested keys dotted): eagle3kit's value, speculators' value, equal or not."""
+    a, b = _flat_json(ours), _flat_json(theirs)
+    rows = [{"field": k, "eagle3kit": a.get(k, "<absent>"), "speculators dry run": b.get(k, "<absent>"),
+             "equal": a.get(k, "<absent>") == b.get(k, "<absent>")} for k in sorted(set(a) | set(b))]
+    return pd.DataFrame(rows)
+
+
+def round_trip(build: DraftBuild, plan: LaunchPlan, out_dir: str | os.PathLike, model=None) -> pd.DataFrame:
+    """Dry-run the plan with speculators and compare its ``config.json`` with eagle3kit's draft for the same run
+    (``model``: eagle3kit's draft if already built, e.g. ``TrainSession.model``)."""
+    saved = dry_run(plan, out_dir)
+    theirs = json.loads((saved / "config.json").read_text())
+    ours = eagle3kit_config_json(build, plan.config.data.data_path, plan.config.data.hidden_states_dtype, model)
+    return compare_configs(ours, theirs)

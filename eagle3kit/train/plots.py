@@ -1,0 +1,106 @@
+"""Figures of a training run: loss, full and conditional accuracy per TTT step, and the batch layout.
+
+Each function returns a ``matplotlib.figure.Figure`` built without pyplot (safe from a widget's worker thread) and
+never calls ``plt.show``. ``full_acc_k``: share of loss-masked positions whose step-k draft token equals the
+verifier's; ``cond_acc_k``: the same among positions whose steps 0..k-1 were all right (speculators' names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+PANELS = (("loss", "KL loss"), ("full_acc", "full accuracy"), ("cond_acc", "conditional accuracy"))
+
+
+def ttt_steps_in(history: Sequence[dict]) -> int:
+    """How many TTT steps the records carry (``loss_0``, ``loss_1``, ...)."""
+    if not history:
+        return 0
+    return sum(1 for k in history[0] if k.startswith("loss_") and k[5:].isdigit())
+
+
+def plot_metrics(history: Sequence[dict], smooth: int = 1, title: str | None = None) -> Figure:
+    """Loss, full accuracy and conditional accuracy per TTT step against the training step (one line per TTT step).
+
+    ``smooth`` > 1 overlays a running mean over that many steps.
+    """
+    fig = Figure(figsize=(11, 3.2), layout="constrained")
+    axes = fig.subplots(1, 3)
+    steps = np.array([r["step"] for r in history])
+    for ax, (key, label) in zip(axes, PANELS, strict=True):
+        for k in range(ttt_steps_in(history)):
+            values = np.array([r[f"{key}_{k}"] for r in history], dtype=float)
+            line, = ax.plot(steps, values, marker="." if len(steps) < 40 else None, lw=1,
+                            alpha=0.45 if smooth > 1 else 1.0, label=f"TTT step {k}")
+            if smooth > 1 and len(values) >= smooth:
+                kernel = np.ones(smooth) / smooth
+                ax.plot(steps[smooth - 1:], np.convolve(values, kernel, mode="valid"), color=line.get_color(), lw=2)
+        ax.set_title(label)
+        ax.set_xlabel("step")
+        if key != "loss":
+            ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    if history:
+        axes[0].legend(fontsize=8)
+    else:
+        for ax in axes:
+            ax.text(0.5, 0.5, "no steps yet", ha="center", va="center", transform=ax.transAxes, color="gray")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_step(record: dict) -> Figure:
+    """One step's metrics as bars per TTT step (loss; full and conditional accuracy)."""
+    n = ttt_steps_in([record])
+    fig = Figure(figsize=(7, 2.8), layout="constrained")
+    ax_loss, ax_acc = fig.subplots(1, 2)
+    x = np.arange(n)
+    ax_loss.bar(x, [record[f"loss_{k}"] for k in range(n)], color="tab:red")
+    ax_loss.set_title(f"step {record['step']}: loss")
+    width = 0.38
+    ax_acc.bar(x - width / 2, [record[f"full_acc_{k}"] for k in range(n)], width, label="full")
+    ax_acc.bar(x + width / 2, [record[f"cond_acc_{k}"] for k in range(n)], width, label="conditional")
+    ax_acc.set_ylim(0, 1)
+    ax_acc.set_title("accuracy")
+    ax_acc.legend(fontsize=8)
+    for ax in (ax_loss, ax_acc):
+        ax.set_xticks(x, [f"TTT {k}" for k in range(n)])
+    return fig
+
+
+def plot_documents(document_ids, loss_mask=None, title: str = "packed batch") -> Figure:
+    """A strip of the batch: one colour per packed document (padding white), the loss mask underneath."""
+    doc = np.asarray(document_ids).reshape(-1)
+    rows = [np.where(doc < 0, np.nan, doc)]
+    labels = ["document"]
+    if loss_mask is not None:
+        rows.append(np.where(doc < 0, np.nan, np.asarray(loss_mask).reshape(-1).astype(float) * max(doc.max(), 1)))
+        labels.append("loss mask")
+    fig = Figure(figsize=(7, 0.6 + 0.45 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    ax.imshow(np.vstack(rows), aspect="auto", interpolation="nearest", cmap="tab20")
+    ax.set_yticks(range(len(rows)), labels)
+    n_docs = int(doc.max()) + 1 if (doc >= 0).any() else 0
+    ax.set_title(f"{title}: {n_docs} document(s), {int((doc >= 0).sum())} of {doc.size} tokens used", fontsize=9)
+    ax.set_xlabel("token position")
+    return fig
+
+
+def plot_batch(document_ids, ttt_steps: int, loss_mask=None) -> Figure:
+    """The batch's document layout and mask: eagle3kit.masks.plots' thumbnail when present (and the length suits
+    speculators' flex mask: a multiple of 128), else the strip of documents and loss mask."""
+    import torch
+
+    try:
+        from eagle3kit.masks.plots import plot_layout_thumbnail
+        from eagle3kit.masks.eagle_mask import MaskInputError
+    except ImportError:
+        return plot_documents(document_ids, loss_mask)
+    try:
+        return plot_layout_thumbnail(torch.as_tensor(document_ids).reshape(-1), ttt_steps)
+    except MaskInputError:
+        return plot_documents(document_ids, loss_mask)

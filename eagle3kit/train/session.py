@@ -1,0 +1,280 @@
+"""Train the EAGLE-3 draft one step at a time: :class:`TrainSession` over speculators' ``Eagle3DraftModel``.
+
+One ``step()`` is exactly one iteration of speculators' ``Trainer.train_epoch`` on one GPU: the packed batch from
+its ``ArrowDataset`` + ``MultipackDistributedBatchSamplerV2`` + ``CollateFn`` (eagle3 ``shift_batch``), the model's
+own forward (loss and per-TTT-step metrics from ``compute_metrics``), ``clip_grad_norm_(1.0)``, AdamW and a linear
+warmup/decay schedule, so the same run can be handed to ``speculators train`` (see :mod:`eagle3kit.train.launch`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import torch
+from speculators.losses import resolve_loss_config
+from speculators.train.utils import normalize_counted_metrics
+from tqdm.auto import tqdm
+from transformers import get_constant_schedule, get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
+
+from eagle3kit.data.manifest import data_verifier
+from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config
+from eagle3kit.draft.model import build_for_data, save_draft
+from eagle3kit.train import checkpoint as ckpt
+from eagle3kit.train.batches import Batches
+
+METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss (or the gradient) stopped being finite; the weights were left at the last good step."""
+
+
+@dataclass
+class TrainSettings:
+    """Everything besides the draft and the data that defines a run (speculators' names and defaults where they
+    have one; ``total_seq_len`` and ``seed`` differ: 8192 and 42 in ``speculators train``)."""
+
+    lr: float = 1e-3
+    total_seq_len: int = 1024
+    seed: int = 0
+    weight_decay: float = 0.01
+    epochs: int = 20
+    max_steps: int | None = None  # also the LR schedule's horizon, as in speculators
+    scheduler_type: str = "linear"  # "linear" | "cosine" | "none"
+    warmup_steps: int | None = None  # None: 1% of the schedule's horizon
+    loss_fn: str = "kl_div"
+    ttt_step_loss_decay: float = 1.0
+    train_data_ratio: float = 0.9
+    # "auto": float32 on CPU (exact), bfloat16 autocast on CUDA. "bfloat16" on CPU autocasts too: about 1.4x faster
+    # steps on CPUs with AVX512-BF16 or AMX, not bit-exact.
+    hidden_states_dtype: str = "auto"
+    loss_implementation: str = "auto"  # "auto": eager on CPU (Triton-free), fused on CUDA
+    # None: speculators' random init. N: start the draft layer, fc and norm from verifier decoder layer N (-1: the
+    # last); see eagle3kit.draft.warm_start. Applies to a new run (a resumed one loads its checkpoint).
+    warm_start_layer: int | None = None
+
+    def resolved(self, device: str) -> TrainSettings:
+        cpu = not device.startswith("cuda")
+        dtype = self.hidden_states_dtype if self.hidden_states_dtype != "auto" else ("float32" if cpu else "bfloat16")
+        impl = self.loss_implementation if self.loss_implementation != "auto" else ("eager" if cpu else "fused")
+        return dataclasses.replace(self, hidden_states_dtype=dtype, loss_implementation=impl)
+
+
+class TrainSession:
+    """A draft, its optimizer and scheduler, and a position in the data; ``step()`` trains on one packed batch.
+
+    ``draft`` is a :class:`DraftBuild`, a :class:`DraftSpec`, a verifier name, or None (the verifier the data was
+    made with). Keyword arguments are :class:`TrainSettings` fields.
+    """
+
+    def __init__(self, data_dir: str | os.PathLike, draft: DraftBuild | DraftSpec | str | None = None,
+                 progress: bool = True, **settings: Any):
+        unknown = set(settings) - {f.name for f in dataclasses.fields(TrainSettings)}
+        if unknown:
+            raise TypeError(f"Unknown training setting(s) {sorted(unknown)}; see TrainSettings for the fields.")
+        self.data_dir = Path(data_dir).resolve()
+        self.build = _as_build(draft, self.data_dir)
+        self.device = self.build.device
+        if self.device == "cpu" and self.build.attention.implementation in ("simple_flex_attention", "flex_attention"):
+            raise ValueError(
+                f"attn_implementation={self.build.attention.implementation!r} cannot train on CPU (flex attention has "
+                "no backward there); build the draft with attn_implementation='auto' or 'sdpa'."
+            )
+        self.settings = TrainSettings(**settings).resolved(self.device)
+        s = self.settings
+        if s.total_seq_len < 2:
+            raise ValueError(f"total_seq_len={s.total_seq_len} is too short; use at least a few hundred tokens.")
+        self.progress = progress
+        self.dtype = getattr(torch, s.hidden_states_dtype)
+        self.ttt_steps = self.build.config.speculators_config.proposal_methods[0].speculative_tokens
+        self.batches = Batches(self.data_dir, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype)
+        self.loss_config = resolve_loss_config(s.loss_fn, s.loss_implementation)
+        torch.manual_seed(s.seed)
+        self.model = build_for_data(self.build, self.data_dir, s.warm_start_layer)
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(self.model.named_parameters(), lr=s.lr, weight_decay=s.weight_decay)
+        self.total_steps = s.max_steps or s.epochs * len(self.batches)
+        self.scheduler = _scheduler(self.optimizer, s, self.total_steps)
+        self.global_step = 0
+        self.history: list[dict[str, Any]] = []
+        self.last_checkpoint: Path | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------------- stepping
+    @property
+    def position(self) -> tuple[int, int]:
+        """(epoch, index of the next batch within the epoch)."""
+        return self.batches.epoch, self.batches.index
+
+    def peek_batch(self) -> dict[str, Any]:
+        """The batch the next ``step()`` trains on (not consumed)."""
+        return self.batches.peek()
+
+    def step(self) -> dict[str, Any]:
+        """Train on the next batch; return its record (loss / full_acc / cond_acc per TTT step, tokens, seconds, lr).
+
+        Raises :class:`TrainingDiverged` (weights untouched, position not advanced) when the loss or the gradient
+        is not finite.
+        """
+        with self._lock:
+            if self.global_step >= self.total_steps:
+                raise RuntimeError(
+                    f"The run is complete ({self.total_steps} steps = its LR schedule); start a session with a larger "
+                    "max_steps or more epochs to train further."
+                )
+            t0 = time.perf_counter()
+            batch = self.batches.peek()
+            t_data = time.perf_counter() - t0
+            lr = self.optimizer.param_groups[0]["lr"]
+            with self._autocast():
+                _, loss, metrics = self.model(
+                    **batch, ttt_steps=self.ttt_steps, ttt_step_loss_decay=self.settings.ttt_step_loss_decay,
+                    loss_config=self.loss_config,
+                )
+            self.optimizer.zero_grad()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            stacked = torch.stack([v.float().reshape(()) for v in metrics.values()]).tolist()  # one sync
+            values = dict(zip(metrics, stacked, strict=True))
+            if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+                self.optimizer.zero_grad()
+                where = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
+                raise TrainingDiverged(
+                    f"Step {self.global_step + 1} (epoch {self.batches.epoch}, batch {self.batches.index}) gave a "
+                    f"non-finite {'loss' if not torch.isfinite(loss) else 'gradient'}; the weights were not updated"
+                    f"{where}. Lower lr (now {lr:g}) or check the data (NaN hidden states)."
+                )
+            self.optimizer.step()
+            self.scheduler.step()
+            seconds = time.perf_counter() - t0
+            epoch, index = self.position
+            self.batches.advance()
+            self.global_step += 1
+            tokens = int((batch["document_ids"] != -1).sum())
+            record = {"step": self.global_step, "epoch": epoch, "batch": index,
+                      **normalize_counted_metrics(values), "tokens": tokens,
+                      "loss_tokens": int(batch["loss_mask"].sum()), "seconds": seconds, "data_seconds": t_data,
+                      "tokens_per_s": tokens / seconds, "lr": lr, "grad_norm": float(grad_norm)}
+            self.history.append(record)
+            return record
+
+    def run(self, n: int, callback: Callable[[dict], Any] | None = None,
+            checkpoint_dir: str | os.PathLike | None = None,
+            checkpoint_every: int | None = None) -> list[dict[str, Any]]:
+        """Take up to ``n`` steps with a tqdm bar; ``callback(record)`` after each; ``request_stop()`` ends it after
+        the current step. With ``checkpoint_dir``, save every ``checkpoint_every`` steps and at the end; on a
+        non-finite loss the last good checkpoint is kept and the error is raised."""
+        done: list[dict[str, Any]] = []
+        bar = tqdm(total=n, desc="train", unit="step", disable=not self.progress)
+        try:
+            for _ in range(n):
+                if self._stop.is_set():
+                    break
+                record = self.step()
+                done.append(record)
+                bar.update(1)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
+                if callback is not None:
+                    callback(record)
+                if checkpoint_dir and checkpoint_every and self.global_step % checkpoint_every == 0:
+                    self.save(checkpoint_dir)
+        finally:
+            bar.close()
+            self._stop.clear()
+        if checkpoint_dir and done and not (checkpoint_every and self.global_step % checkpoint_every == 0):
+            self.save(checkpoint_dir)
+        return done
+
+    def request_stop(self) -> None:
+        """Ask the current (or, if none runs, the next) ``run()`` to stop after its current step."""
+        self._stop.set()
+
+    def history_frame(self):
+        """The history as a pandas DataFrame (one row per step)."""
+        return pd.DataFrame(self.history)
+
+    def _autocast(self):
+        if self.dtype != torch.float32:  # as speculators' Trainer does on CUDA; the same on CPU
+            return torch.autocast(self.device.split(":")[0], dtype=self.dtype)
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------------------------------------- checkpoints
+    def fingerprint(self) -> dict[str, Any]:
+        """What a checkpoint must share with this session to be resumed by it (not ``warm_start_layer``: it only
+        sets the step-0 weights, and a checkpoint carries its own)."""
+        cfg = self.build.config.to_dict()
+        cfg.pop("transformers_version", None)
+        return {"data_dir": str(self.data_dir), "data_rows": len(self.batches.dataset), "verifier":
+                self.build.verifier.path, "draft_config": cfg, "attention": self.build.attention.implementation,
+                **{k: v for k, v in dataclasses.asdict(self.settings).items() if k != "warm_start_layer"}}
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Checkpoint: speculators' model dir + optimizer, scheduler, RNG, data position and history (atomic)."""
+        with self._lock:
+            state = {"global_step": self.global_step, "epoch": self.batches.epoch, "index": self.batches.index,
+                     "history": self.history}
+            session = {"fingerprint": self.fingerprint(), "spec": dataclasses.asdict(self.build.spec),
+                       "settings": dataclasses.asdict(self.settings), "data_dir": str(self.data_dir)}
+            self.last_checkpoint = ckpt.save_checkpoint(directory, self.model, self.optimizer, self.scheduler,
+                                                        state, session)
+            return self.last_checkpoint
+
+    def load(self, directory: str | os.PathLike, _moved_data: bool = False) -> TrainSession:
+        """Restore a checkpoint made by a session with this very configuration (else a clear error)."""
+        saved = ckpt.read_session(directory)["fingerprint"]
+        if _moved_data:
+            saved["data_dir"] = str(self.data_dir)
+        ckpt.check_fingerprint(saved, self.fingerprint(), directory)
+        with self._lock:
+            state = ckpt.load_training_state(directory, self.model, self.optimizer, self.scheduler)
+            self.global_step = state["global_step"]
+            self.batches.seek(state["epoch"], state["index"])
+            self.history = list(state["history"])
+            self.last_checkpoint = Path(directory)
+        return self
+
+    @classmethod
+    def resume(cls, directory: str | os.PathLike, data_dir: str | os.PathLike | None = None,
+               progress: bool = True) -> TrainSession:
+        """Rebuild the session a checkpoint was made by and restore it (``data_dir`` if the data moved)."""
+        saved = ckpt.read_session(directory)
+        session = cls(data_dir or saved["data_dir"], DraftSpec(**saved["spec"]), progress=progress,
+                      **saved["settings"])
+        return session.load(directory, _moved_data=data_dir is not None)
+
+    def export(self, directory: str | os.PathLike, dtype: str = "float32") -> Path:
+        """The draft alone in speculators' format (``save_pretrained``), written atomically."""
+        with self._lock:
+            return save_draft(self.model, directory, dtype)
+
+
+def _as_build(draft: DraftBuild | DraftSpec | str | None, data_dir: Path) -> DraftBuild:
+    if isinstance(draft, DraftBuild):
+        return draft
+    if isinstance(draft, DraftSpec):
+        return build_config(dataclasses.replace(draft))
+    if isinstance(draft, str):
+        return build_config(verifier=draft)
+    return build_config(verifier=data_verifier(data_dir))
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, s: TrainSettings, total: int):
+    """speculators' schedule: transformers' linear/cosine warmup schedule, warmup 1% of the horizon by default."""
+    warmup = s.warmup_steps if s.warmup_steps is not None else total // 100
+    if s.scheduler_type == "linear":
+        return get_linear_schedule_with_warmup(optimizer, warmup, total)
+    if s.scheduler_type == "cosine":
+        return get_cosine_schedule_with_warmup(optimizer, warmup, total)
+    if s.scheduler_type == "none":
+        return get_constant_schedule(optimizer)
+    raise ValueError(f"scheduler_type={s.scheduler_type!r}: use 'linear', 'cosine' or 'none' (as speculators).")

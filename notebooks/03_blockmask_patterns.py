@@ -1,0 +1,208 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · The EAGLE-3 training mask: tokens, blocks and TTT steps
+#
+# During training, the draft sees a **packed** batch: several conversations back to back, padded with document id `-1`
+# up to `total_seq_len`. speculators' `Eagle3DraftModel` builds its attention mask from three rules:
+#
+# * **causal ∧ same document**: query *q* sees key *k ≤ q* of its own document (and, with a sliding window, only the
+#   last `window` of them); padding queries see no document;
+# * **diagonal**: `k mod total_seq_len == q`, so every query (padding included) sees itself;
+# * **one block of keys per TTT step**: at step *s* the draft attends to its own earlier predictions, so the key axis
+#   grows by `total_seq_len` per step and the new block holds only the diagonal.
+#
+# Under flex attention the mask is a `BlockMask` (128×128 blocks: empty, full, or partial = evaluate the `mask_mod`).
+# Its `to_dense()` is block-level and `to_string()` a coarse grid, so this notebook looks at the real thing: the mask
+# built **by speculators' own functions** (`create_combined_mask_mod`, `extend_mask_for_draft_tokens`, torch's
+# `create_block_mask`; `create_mask` / `create_float_mask` for sdpa / eager), at token, block and TTT-step level.
+
+# %% tags=["parameters"]
+verifier = "smollm2"      # its tokenizer turns ShareGPT conversations into token lengths
+n_documents = 24          # conversations sampled from ShareGPT V3
+total_seq_len = 3072      # the packed batch (a multiple of 128, as speculators' flex path needs)
+ttt_steps = 3
+sliding_window = 256      # for the sliding-window variant
+long_seq_len = 4096       # the long-context view (32768 in the demo preset)
+check_seq_len = 1024      # the dense equivalence check builds Q x KV masks: keep it modest
+seed = 0
+workdir = "../runs/interactive/work"
+
+# %%
+# %matplotlib inline
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+from IPython.display import display
+
+from eagle3kit.masks import plots as mask_plots
+from eagle3kit.masks.explorer import MaskExplorer
+from eagle3kit.masks.stats import check_equivalence, pack, sharegpt_lengths, stats
+from eagle3kit.masks.eagle_mask import COMPILE_ABOVE, MaskInputError, build_mask
+from eagle3kit.runner import record_summary
+from eagle3kit.verifier import load_tokenizer
+
+torch.manual_seed(seed)
+torch.set_num_threads(2)
+workdir = Path(workdir)
+workdir.mkdir(parents=True, exist_ok=True)
+
+# %% [markdown]
+# ## A packed batch of ShareGPT conversations
+#
+# Lengths are real: conversations from ShareGPT V3 through the verifier's chat template. They are packed whole, in
+# order, until the next one would not fit; the rest is padding, as in speculators' collator.
+
+# %%
+lengths = sharegpt_lengths(load_tokenizer(verifier), n=n_documents, seed=seed)
+print("conversation lengths (tokens):", lengths)
+packed = pack(lengths, total_seq_len)
+mask = build_mask(packed, total_seq_len, ttt_steps)
+print(f"packed {len(packed)} conversations = {sum(packed)} tokens + {total_seq_len - sum(packed)} padding; "
+      f"BlockMask for {ttt_steps} TTT steps built in {mask.build_seconds:.2f}s")
+mask_plots.plot_layout_thumbnail(mask.document_ids, ttt_steps, mask=mask)
+
+# %% [markdown]
+# ## Token level: every TTT step's keys side by side
+#
+# Each panel is one block of `total_seq_len` keys: the step-0 keys (causal within each document) and then the keys
+# added at each TTT step (a lone diagonal). Red lines: document boundaries; grey: padding. Long views are aggregated
+# tile by tile (fraction of attended pairs per pixel); zoomed views are exact, with the 128-token block grid dotted.
+
+# %%
+mask_plots.plot_token_mask(mask)
+
+# %%
+first_boundary = packed[0]
+zoom = (max(0, first_boundary - 96), first_boundary + 96, max(0, first_boundary - 96), first_boundary + 96)
+print("zoom on the first document boundary, tokens", zoom[:2])
+mask_plots.plot_token_mask(mask, region=zoom)
+
+# %% [markdown]
+# ## Each TTT step's mask
+#
+# Step *s* attends to `(s + 1) × total_seq_len` keys: the previous step's mask plus one more block of keys. The stats
+# show what that costs: the attended pairs grow by exactly `total_seq_len` per step (the diagonal), the dense masks
+# grow by a full `total_seq_len²`, the BlockMask by one block per query block.
+
+# %%
+for step in range(ttt_steps):
+    display(mask_plots.plot_token_mask(mask, region=zoom, step=step, max_pixels=192))
+table = stats(mask)
+table
+
+# %% [markdown]
+# ## Block level: what flex attention actually skips
+#
+# The BlockMask's own tables (`kv_num_blocks`/`kv_indices` for partial blocks, `full_kv_*` for full ones): flex skips
+# empty blocks, runs full blocks without the `mask_mod`, and evaluates it only in partial blocks.
+
+# %%
+display(mask_plots.plot_block_map(mask))
+mask_plots.plot_stats(mask, table)
+
+# %% [markdown]
+# ## The sliding-window variant
+#
+# Draft layers listed as sliding-window layers get `kv > q - window` in the causal rule: long documents become a band.
+
+# %%
+windowed = build_mask(packed, total_seq_len, ttt_steps, sliding_window)
+display(mask_plots.plot_token_mask(windowed, region=(0, min(total_seq_len, 4 * sliding_window), 0,
+                                                     min(total_seq_len, 4 * sliding_window))))
+pd.DataFrame({"full attention": stats(mask)["attended_pairs"],
+              f"window {sliding_window}": stats(windowed)["attended_pairs"]})
+
+# %% [markdown]
+# ## flex, sdpa and eager get the same mask
+#
+# sdpa receives speculators' dense boolean mask (`create_mask`), eager its additive float mask (`create_float_mask`,
+# 0 / -inf), both extended per step by `extend_dense_mask_for_draft_tokens`. Below, each is compared pair by pair with
+# what flex reads from the BlockMask, for a packed layout and its sliding-window variant.
+
+# %%
+small = pack(lengths, check_seq_len)
+checks = pd.concat([
+    check_equivalence(build_mask(small, check_seq_len, ttt_steps)).assign(window="off"),
+    check_equivalence(build_mask(small, check_seq_len, ttt_steps, sliding_window)).assign(window=sliding_window),
+])
+assert checks["equal_to_flex"].all(), checks
+print(f"{len(checks)} comparisons, all equal: {bool(checks['equal_to_flex'].all())}")
+checks
+
+# %% [markdown]
+# ## Bad layouts fail early, in one sentence
+#
+# Lengths past `total_seq_len`, empty documents and a `total_seq_len` that is not a multiple of 128 (speculators'
+# block-wise extension would fail at TTT step 1) are refused before torch sees them; a sequence shorter than one block
+# is fine without extension.
+
+# %%
+for label, kwargs in [
+    ("lengths past total_seq_len", dict(lengths=[2000, 1500], total_seq_len=3072)),
+    ("an empty document", dict(lengths=[300, 0, 200], total_seq_len=1024)),
+    ("total_seq_len 300 with 3 TTT steps", dict(lengths=[200, 100], total_seq_len=300)),
+    ("64 tokens with 3 TTT steps", dict(lengths=[64], total_seq_len=64)),
+    ("64 tokens with 1 TTT step", dict(lengths=[40, 24], total_seq_len=64, ttt_steps=1)),
+]:
+    try:
+        m = build_mask(**kwargs)
+        print(f"{label}: fine, a {m.total_seq_len} x {m.kv_len()} mask")
+    except MaskInputError as exc:
+        print(f"{label}: {exc}")
+
+# %% [markdown]
+# ## Long context
+#
+# `create_block_mask` evaluates the whole Q×KV grid: uncompiled (speculators' call) it needs about 10 GB and 27 s at
+# 32k tokens on a 2-core CPU, so above `COMPILE_ABOVE` tokens eagle3kit runs it through `torch.compile` (a one-off
+# compile, then about a second). Views never hold the dense mask: only partial blocks are evaluated.
+
+# %%
+long_packed = pack(lengths, long_seq_len)
+t0 = time.perf_counter()
+long_mask = build_mask(long_packed, long_seq_len, ttt_steps)
+long_table = stats(long_mask)
+long_fig = mask_plots.plot_token_mask(long_mask)
+seconds = time.perf_counter() - t0
+print(f"{long_seq_len} tokens x {ttt_steps} TTT steps: {'compiled' if long_mask.compiled else 'uncompiled'} "
+      f"create_block_mask (threshold {COMPILE_ABOVE}); build + stats + plot {seconds:.1f}s")
+last = long_table.iloc[-1]
+print(f"last step: BlockMask {last.blockmask_bytes / 2**10:,.0f} KB vs dense bool "
+      f"{last.dense_bool_bytes / 2**20:,.0f} MB and bf16 {last.dense_float_bytes / 2**20:,.0f} MB")
+long_fig
+
+# %% [markdown]
+# ## Explorer
+#
+# Change the documents, padding, TTT steps, window or zoom; the figures redraw through the same plot functions. The
+# explorer starts from the ShareGPT lengths above, each cut to 600 tokens so that redraws stay quick.
+
+# %%
+explorer = MaskExplorer(pool=[min(n, 600) for n in lengths], documents=4, padding=100, ttt_steps=ttt_steps)
+display(explorer.widget)
+
+# %%
+print(explorer.status.value)
+explorer.figure  # the explorer's current figure (also what a headless run records)
+
+# %%
+record_summary(workdir, "03", documents=len(packed), total_seq_len=total_seq_len,
+               sparsity_last_step=round(float(table["sparsity"].iloc[-1]), 4),
+               backends_equal=bool(checks["equal_to_flex"].all()), long_seq_len=long_seq_len,
+               long_view_s=round(seconds, 1))

@@ -1,0 +1,211 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Training data from the real verifier, in speculators' own format
+#
+# An EAGLE-3 draft learns from the verifier's hidden states: three *aux* layers as input, the last layer as target.
+# `speculators` normally gets them from a vLLM server. Here the HF verifier makes the same data on this machine (CPU or
+# GPU) and writes it in the layout `speculators train --data-path` reads, so the folder made here trains here
+# (notebook 05) **and** on a GPU cluster, unchanged.
+#
+# Steps: ShareGPT conversations (optionally with the verifier's own replies) →
+# chat template + assistant loss mask → verifier hidden states →
+# `hidden_states/hs_{i}.safetensors` + Arrow dataset + `token_freq.pt` → draft vocab mapping `d2t`/`t2d`.
+
+# %% tags=["parameters"]
+verifier = "smollm2"       # "smollm2" | "tiny" | an HF directory
+n_conversations = 12       # training conversations (ShareGPT V3, chosen by seed)
+held_out = 4               # conversations kept out for evaluation (notebook 06)
+seq_length = 384           # tokens per conversation (longer ones are cut)
+draft_vocab_size = 4096    # 0: the verifier's full vocab
+regenerate_tokens = 0      # > 0: the verifier rewrites each reply (greedy, up to this many tokens)
+batch_size = 4
+dtype = "float32"
+seed = 0
+workdir = "../runs/interactive/work"
+
+# %%
+# %matplotlib inline
+import json
+from pathlib import Path
+
+import pandas as pd
+import torch
+from IPython.display import HTML, display
+
+from eagle3kit.data import conversations as conv
+from eagle3kit.data.dataset import build_dataset
+from eagle3kit.data.loader import held_out_conversations, make_loader
+from eagle3kit.data.manifest import DataError
+from eagle3kit.data.targets import verify_targets
+from eagle3kit.data import plots as data_plots
+from eagle3kit.data import vocab
+from eagle3kit.data.regenerate import regenerate
+from eagle3kit.runner import record_summary
+from eagle3kit.verifier import load_tokenizer
+
+torch.manual_seed(seed)
+workdir = Path(workdir)
+data_dir = workdir / "data"          # notebooks 05 and 06 read the data from here
+dvs = draft_vocab_size or None
+
+# %% [markdown]
+# ## Whose replies? Optional self-distillation
+#
+# The draft will be asked to predict *this verifier's* text. ShareGPT's replies were written by other models, so with
+# `regenerate_tokens > 0` the verifier first answers each conversation's first user turn itself (greedy, batched
+# `generate`), as speculators' `regenerate_responses` script does with a vLLM server. The file is saved batch by batch
+# and resumes after an interruption.
+
+# %%
+source = None
+if regenerate_tokens:
+    regen = regenerate(verifier, workdir / "regenerated.jsonl", n_conversations=n_conversations + held_out + 8,
+                       max_new_tokens=regenerate_tokens, seed=seed)
+    source = regen.path
+    display(pd.Series(vars(regen)).to_frame("value"))
+    example = conv.read_jsonl(source)[0]
+    print("USER:", example[-2]["content"][:300])
+    print("VERIFIER:", example[-1]["content"][:300])
+else:
+    print("Training on ShareGPT's own replies (set regenerate_tokens > 0 for the verifier's).")
+
+# %% [markdown]
+# ## Build the data directory
+#
+# `build_dataset` is resumable: finished `hs_{i}.safetensors` files are skipped, truncated or corrupt ones (NaN, wrong
+# token ids, unreadable header) are found with speculators' own checks and made again, and every file is written to a
+# temporary name and renamed, so Ctrl-C loses at most the file in flight. The bar shows tokens/s.
+#
+# Hidden-state conventions, the same as vLLM's: aux layer id *i* is the **input** of decoder layer *i*
+# (= HF `hidden_states[i]`, 0 = embeddings); the last stored state is the final decoder layer's output **before** the
+# final norm, because speculators applies `verifier_norm` itself.
+
+# %%
+info = build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
+                          draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
+                          source=source)
+pd.Series(info.to_dict()).to_frame("value")
+
+# %%
+print("files in", data_dir)
+for p in sorted(data_dir.iterdir()):
+    size = sum(f.stat().st_size for f in p.rglob("*")) if p.is_dir() else p.stat().st_size
+    count = f" ({len(list(p.iterdir()))} files)" if p.is_dir() else ""
+    print(f"  {p.name:<32} {size / 1e6:8.2f} MB{count}")
+again = build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
+                           draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
+                           source=source, progress=False)
+print("run again:", again.files)
+
+# %% [markdown]
+# ## One sample and its loss mask
+#
+# Only assistant tokens are supervised. The mask follows speculators' render-boundary rule: for each assistant turn,
+# what the chat template adds between the prompt (with the generation prompt) and the prompt plus the reply. Green
+# tokens train the draft; grey ones are context. Each green run decodes to exactly the assistant's text plus the
+# template's end-of-turn marker.
+
+# %%
+tokenizer = load_tokenizer(verifier)
+for turns in held_out_conversations(data_dir):  # the first held-out one with an answer inside seq_length
+    sample = conv.tokenize(tokenizer, turns, seq_length)
+    if sum(sample.loss_mask):
+        break
+report = pd.DataFrame(conv.mask_report(tokenizer, turns, sample))
+display(report.assign(reply=report["reply"].str[:50], masked=report["masked"].str[:50]))
+assert (report["equal"] | report["cut at seq_length"]).all(), "a masked run is not the assistant's text"
+HTML(data_plots.mask_html(tokenizer, sample.input_ids, sample.loss_mask, max_tokens=250))
+
+# %% [markdown]
+# ## The targets check: is the last state really pre-norm?
+#
+# speculators computes the draft's targets as `verifier_lm_head(verifier_norm(h_last))`. If `h_last` were already
+# normed (transformers' `output_hidden_states[-1]` is), the norm would apply twice and the draft would learn the wrong
+# distribution, silently. The check runs speculators' own target head on the stored states and compares with the
+# verifier's logits (restricted to the draft vocab).
+
+# %%
+check = verify_targets(data_dir, n_samples=2, draft_vocab_size=dvs)
+print(json.dumps(check, indent=2))
+assert check["ok"], "the stored last state does not reproduce the verifier's logits"
+
+# %% [markdown]
+# ## Hidden-state norms per stored layer
+#
+# Residual-stream norms grow with depth; the first token (the attention sink) often stands out.
+
+# %%
+display(data_plots.hidden_state_norms(data_dir, n_samples=4))
+data_plots.plot_hidden_state_norms(data_dir, sample=0)
+
+# %% [markdown]
+# ## Draft vocabulary: how much do the most frequent tokens cover?
+#
+# A draft that predicts over a smaller vocabulary is cheaper (its `lm_head` is the largest matrix). `t2d`/`d2t` come
+# from speculators' `build_vocab_mappings_from_distribution` and are saved as `d2t-{N}.npy` / `t2d-{N}.npy`, where
+# `speculators train --draft-vocab-size N` finds them. A small dataset has few distinct tokens, so coverage reaches 1
+# early; real runs use far more data.
+
+# %%
+freq = vocab.load_token_freq(data_dir)
+curve = vocab.coverage_curve(freq)
+print(f"{len(freq):,} distinct assistant tokens, {sum(freq.values()):,} in all; "
+      f"coverage at draft vocab {dvs or 'full'}: {info.coverage:.4f}")
+data_plots.plot_coverage(curve, dvs)
+
+# %% [markdown]
+# ## Loading through speculators
+#
+# The proof that the format is right: speculators' own `ArrowDataset` (with `on_missing="raise"`, so nothing is
+# fetched from a server), its multipack sampler, its `CollateFn` and the eagle3 `shift_batch` preprocessing give the
+# packed batches the trainer consumes. Documents are packed into one row; `document_ids` separates them (-1 = padding).
+
+# %%
+loader = make_loader(data_dir, total_seq_len=2 * seq_length, aux_layer_ids=info.aux_layer_ids)
+batch = next(iter(loader))
+display(pd.DataFrame([{"key": k, "shape": tuple(v.shape), "dtype": str(v.dtype)} for k, v in batch.items()
+                      if torch.is_tensor(v)]))
+print(f"{len(loader)} packed batches of {2 * seq_length} tokens")
+data_plots.plot_batch(batch)
+
+# %% [markdown]
+# ## A mismatch is refused
+#
+# The directory records the verifier's identity and the aux layer ids. A draft built for other layers would read the
+# wrong states; the loader says so instead of training on them.
+
+# %%
+try:
+    make_loader(data_dir, total_seq_len=2 * seq_length, aux_layer_ids=[1, 2, 3])
+except DataError as exc:
+    print("refused:", exc)
+
+# %% [markdown]
+# ## The same folder on a GPU cluster
+#
+# ```
+# speculators train --data-path <data_dir> --verifier-name-or-path <verifier dir> --draft-vocab-size <N> ...
+# ```
+
+# %%
+print(f"speculators train --data-path {data_dir} --verifier-name-or-path {info.verifier_path}"
+      + (f" --draft-vocab-size {dvs}" if dvs else ""))
+record_summary(workdir, "04", samples=info.n_samples, tokens=info.tokens, assistant_tokens=info.assistant_tokens,
+               extraction_tokens_per_s=round(info.tokens_per_s or 0), targets_ok=check["ok"],
+               coverage=round(info.coverage, 4), data_dir=str(data_dir),
+               replies="verifier" if regenerate_tokens else "sharegpt",
+               regenerate_tokens_per_s=round(regen.tokens_per_s or 0) if regenerate_tokens else None)

@@ -1,0 +1,242 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · Train the draft one step at a time
+#
+# `TrainSession` trains speculators' own `Eagle3DraftModel` on the data directory of notebook 04, one packed batch per
+# `step()`, exactly as one iteration of speculators' `Trainer` would on one GPU: same batches (`ArrowDataset` +
+# multipack sampler + `CollateFn`), same forward and loss, `clip_grad_norm_(1.0)`, AdamW and a linear warmup/decay
+# schedule. Each step reports the loss, the **full accuracy** (draft token = verifier token) and the **conditional
+# accuracy** (the same, among positions whose earlier TTT steps were right) for every TTT step.
+#
+# Then: run N steps with live plots, checkpoint and resume bit for bit, export the draft in speculators' format, and
+# hand the very same run to `speculators train` on N GPUs.
+
+# %% tags=["parameters"]
+verifier = "smollm2"        # used when the data has to be built here
+data_dir = ""               # "": notebook 04's workdir/data if complete, else a small set built here
+rebuild_data = False        # build a small data set here even if notebook 04's exists
+n_conversations = 8         # only when building here
+seq_length = 192            # only when building here
+draft_vocab_size = 2048     # only when building here (the draft uses the data's vocab mapping)
+use_notebook_01 = True      # take the draft's shape from notebook 01's workdir/draft_config when present
+total_seq_len = 384         # packed tokens per step, at least the longest sample
+lr = 1e-3
+max_steps = 0               # the LR schedule's horizon; 0: speculators' default (epochs x batches per epoch)
+hidden_states_dtype = "auto"  # "auto": float32 on CPU, bf16 autocast on CUDA; "bfloat16": autocast on CPU too
+warm_start_layer = None     # None: speculators' random init; N / -1: start the draft from verifier layer N / the last
+first_steps = 2             # steps taken one by one
+run_steps = 3               # steps taken by Run N
+n_gpus = 8                  # for the scale-out command
+seed = 0
+workdir = "../runs/interactive/work"
+
+# %%
+# %matplotlib inline
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from eagle3kit.train import launch
+from eagle3kit.train.checkpoint import CheckpointError
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.runner import record_summary
+from eagle3kit.train.session import TrainingDiverged, TrainSession
+from eagle3kit.draft.config import spec_from_saved
+from eagle3kit.data.loader import find_or_build_data
+from eagle3kit.data.manifest import data_draft_vocab_size
+from eagle3kit.data.manifest import data_verifier
+from eagle3kit.logs import quiet
+from eagle3kit.train.plots import plot_batch, plot_metrics, plot_step
+from eagle3kit.train.stepper import TrainingStepper
+
+pd.set_option("display.max_colwidth", 100)
+torch.set_num_threads(min(2, torch.get_num_threads()))
+workdir = Path(workdir)
+workdir.mkdir(parents=True, exist_ok=True)
+
+# %% [markdown]
+# ## The data and the draft
+#
+# The data directory is speculators' own layout (Arrow dataset, `hidden_states/hs_*.safetensors`, `d2t/t2d`), made by
+# the real verifier in notebook 04. The draft's shape comes from notebook 01's `config.json` when it is there; its
+# vocabulary is the data's draft vocab.
+
+# %%
+t0 = time.perf_counter()
+if data_dir:
+    data_path = Path(data_dir)
+else:
+    data_path = find_or_build_data(workdir, verifier, rebuild=rebuild_data, n_conversations=n_conversations,
+                                   seq_length=seq_length, draft_vocab_size=draft_vocab_size or None, seed=seed,
+                                   held_out=2)
+vocab = data_draft_vocab_size(data_path)
+config_01 = workdir / "draft_config"
+if use_notebook_01 and (config_01 / "config.json").exists():
+    spec = spec_from_saved(config_01, draft_vocab_size=vocab)
+    print("draft shape from notebook 01:", config_01)
+else:
+    spec = DraftSpec(verifier=data_verifier(data_path), draft_vocab_size=vocab)
+session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed, max_steps=max_steps or None,
+                       hidden_states_dtype=hidden_states_dtype, warm_start_layer=warm_start_layer)
+b = session.build
+print(f"data: {data_path} ({len(session.batches.dataset)} training samples, {len(session.batches)} packed batches "
+      f"of {total_seq_len} tokens per epoch)")
+print(f"draft: {b.spec.num_layers} layer(s), aux layers {b.aux_layer_ids}, draft vocab {b.config.draft_vocab_size}, "
+      f"attention {b.attention.implementation}, loss {session.settings.loss_implementation}, device {session.device}")
+if warm_start_layer is not None:
+    print(f"warm start: the draft layer, fc and norm start from verifier layer {warm_start_layer} "
+          "(eagle3kit.draft.warm_start)")
+print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}); "
+      f"ready in {time.perf_counter() - t0:.1f}s")
+
+# %% [markdown]
+# ## One step at a time
+#
+# `step()` returns the record of that step. The first step runs with learning rate 0: speculators warms up over 1% of
+# the schedule.
+
+# %%
+for _ in range(first_steps):
+    record = session.step()
+    print({k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
+plot_step(record)
+
+# %% [markdown]
+# ## The next batch and its mask
+#
+# Several conversations are packed into one row of `total_seq_len` tokens; `document_ids` keeps them apart (-1 is
+# padding). The thumbnail shows the documents and the EAGLE-3 attention mask at the last TTT step.
+
+# %%
+batch = session.peek_batch()
+print("dataset rows packed into the next batch:", session.batches.indices())
+plot_batch(batch["document_ids"], session.ttt_steps, batch["loss_mask"])
+
+# %% [markdown]
+# ## Run N steps, with live plots
+#
+# In JupyterLab, the buttons drive the same session: **Step**, **Run N** (in a background thread, so **Stop** works
+# between steps) and **Stop**. Headless, the cell calls the method the Run N button calls.
+
+# %%
+stepper = TrainingStepper(session, n=run_steps)
+display(stepper.widget)
+stepper.run(run_steps, background=False)
+if stepper.error:
+    print("stopped:", stepper.error)
+plot_metrics(session.history)
+
+# %%
+cols = ["step", "loss"] + [f"{m}_{k}" for m in ("full_acc", "cond_acc") for k in range(session.ttt_steps)]
+session.history_frame()[cols + ["tokens", "seconds", "tokens_per_s", "lr"]].round(4)
+
+# %% [markdown]
+# ## Checkpoint and resume
+#
+# `save()` writes speculators' model directory (`save_pretrained`) with the optimizer, scheduler, RNG and data position
+# alongside, atomically. A session resumed from it continues exactly where this one is: the next step is the same,
+# bit for bit.
+
+# %%
+checkpoint = session.save(workdir / "checkpoint_05")
+print("checkpoint:", sorted(p.name for p in checkpoint.iterdir()))
+resumed = TrainSession.resume(checkpoint, progress=False)
+a, b2 = session.step(), resumed.step()
+same_loss = a["loss"] == b2["loss"]
+same_weights = all(torch.equal(p, q) for p, q in zip(session.model.state_dict().values(),
+                                                      resumed.model.state_dict().values()))
+print(f"next step after resume: loss {b2['loss']:.6f} vs {a['loss']:.6f} uninterrupted; "
+      f"bit-identical loss: {same_loss}, weights: {same_weights}")
+
+# %% [markdown]
+# Two mistakes, caught: resuming a checkpoint into a session with another configuration, and a loss that turns NaN
+# (here a weight is poisoned on purpose): the step is refused, the weights stay at the last good step and the last good
+# checkpoint is kept.
+
+# %%
+try:
+    TrainSession(data_path, spec, lr=lr / 2, total_seq_len=total_seq_len, seed=seed, progress=False).load(checkpoint)
+except CheckpointError as exc:
+    print("refused:", exc)
+with torch.no_grad():
+    resumed.model.fc.weight[0, 0] = float("nan")
+try:
+    resumed.run(2, checkpoint_dir=workdir / "checkpoint_05")
+except TrainingDiverged as exc:
+    print("stopped:", exc)
+print("checkpoint still at step", TrainSession.resume(checkpoint, progress=False).global_step)
+
+# %% [markdown]
+# ## Export
+#
+# The draft alone, in speculators' format: `SpeculatorModel.from_pretrained` loads it (and fetches the verifier-owned
+# weights from the verifier recorded in its config); vLLM serves it.
+
+# %%
+from speculators.model import SpeculatorModel
+
+exported = session.export(workdir / "draft_05")
+with quiet():  # speculators' loader logs every file it opens
+    loaded = SpeculatorModel.from_pretrained(str(exported))
+print(type(loaded).__name__, "loaded from", exported, "- fc weights equal:",
+      torch.equal(loaded.fc.weight, session.model.fc.weight))
+
+# %% [markdown]
+# ## The same run on N GPUs, through speculators' own trainer
+#
+# The run becomes a speculators `TrainConfig` YAML, validated by speculators itself; every value that defines it is
+# written out. The table says where eagle3kit's value differs from the `speculators train` default and why. The command
+# runs it with `torchrun` (add `--fsdp-shard` to shard with FSDP2).
+
+# %%
+plan = launch.write_plan(session.build, session.settings, data_path, workdir / "launch_05", n_gpus=n_gpus)
+print(plan.yaml)
+print(plan.command)
+launch.explain_plan(plan)
+
+# %% [markdown]
+# `speculators train --config run.yaml --dry-run`, run here on the CPU, builds the draft from the YAML and saves it.
+# Its `config.json` must equal, field by field, the config of eagle3kit's draft for the same run.
+
+# %%
+table = launch.round_trip(session.build, plan, workdir / "launch_05" / "dry_run", model=session.model)
+print(f"{int(table['equal'].sum())} of {len(table)} config.json fields equal")
+display(table[~table["equal"]] if not table["equal"].all() else table.head(12))
+
+# %% [markdown]
+# ## On a GPU
+#
+# With CUDA, the session picks speculators' flex attention and the fused (Triton) loss, and trains under bf16 autocast,
+# as `speculators train` does.
+
+# %%
+if not torch.cuda.is_available():
+    print("skipped: no CUDA")
+else:
+    gpu = TrainSession(data_path, DraftSpec(**{**spec.__dict__, "device": "cuda"}), lr=lr,
+                       total_seq_len=total_seq_len, seed=seed, progress=False)
+    for _ in range(3):
+        r = gpu.step()
+    print(gpu.build.attention.implementation, gpu.settings.loss_implementation, f"{r['tokens_per_s']:.0f} tokens/s")
+
+# %%
+last = session.history[-1]
+record_summary(workdir, "05", steps=session.global_step, loss=round(last["loss"], 4),
+               full_acc_0=round(last["full_acc_0"], 4), tokens_per_s=round(last["tokens_per_s"]),
+               resume_bit_exact=bool(same_loss and same_weights), dry_run_fields_equal=bool(table["equal"].all()))

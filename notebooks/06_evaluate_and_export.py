@@ -1,0 +1,193 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Does the draft accept tokens? Acceptance length τ, a real decode loop, export
+#
+# Training loss is not the product: **acceptance length τ** is. In one speculative round the draft proposes `k` tokens,
+# the verifier checks them in one forward pass, keeps the longest prefix it agrees with and adds one token of its own
+# (the *bonus* token). **τ = tokens committed per round = accepted draft tokens + 1**, as the EAGLE papers and vLLM's
+# "mean acceptance length" count it: an untrained draft has τ ≈ 1.0, a perfect one `k + 1` (the EAGLE-3 paper reports
+# τ ≈ 6 for a fully trained LLaMA-3.1-8B draft).
+#
+# This notebook measures τ on held-out prompts two ways, for the untrained and the trained draft:
+#
+# * **simulated**: the verifier's greedy continuation is fed, teacher-forced, through speculators' own
+#   `Eagle3DraftModel.forward` with `ttt_steps = k`; one forward gives the draft tokens of a round starting at every
+#   position, hence the acceptance rate per draft position;
+# * **real**: a chain speculative decoding loop (greedy, `k` draft tokens per round) with the HF verifier and the
+#   draft fed the verifier's aux hidden states as vLLM does, one verifier forward per round. Its output must equal
+#   plain greedy decoding token for token.
+#
+# Then it exports the draft in speculators' format and prints the vLLM command that serves it.
+
+# %% tags=["parameters"]
+verifier = "smollm2"        # used when the data has to be built here
+resume_from_05 = True       # continue notebook 05's checkpoint (workdir/checkpoint_05) when it is there
+train_steps = 20            # steps trained in this notebook (on top of notebook 05's)
+lr = 1e-3                   # only for a session started here
+warm_start_layer = None     # only for a session started here (see notebook 05)
+total_seq_len = 1024        # only for a session started here
+n_conversations = 8         # only when the data has to be built here
+seq_length = 256            # only when the data has to be built here
+draft_vocab_size = 2048     # only when the data has to be built here
+n_prompts = 4               # held-out prompts for τ
+max_new_tokens = 48         # greedy continuation length per prompt
+max_prompt_tokens = 128     # the user turn is cut to this many tokens
+k = 0                       # draft tokens per round; 0: the draft's ttt_steps
+seed = 0
+workdir = "../runs/interactive/work"
+
+# %%
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from eagle3kit.data.loader import held_out_conversations
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.evaluate import export
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.draft.model import build_for_data
+from eagle3kit.runner import record_summary
+from eagle3kit.train.session import TrainSession
+from eagle3kit.data.loader import find_or_build_data
+from eagle3kit.data.manifest import data_draft_vocab_size
+from eagle3kit.data.manifest import data_verifier
+from eagle3kit.train.plots import plot_metrics
+from eagle3kit.verifier import load_model, load_tokenizer
+
+pd.set_option("display.max_colwidth", 120)
+torch.set_num_threads(min(2, torch.get_num_threads()))
+workdir = Path(workdir)
+workdir.mkdir(parents=True, exist_ok=True)
+
+# %% [markdown]
+# ## The training session and the untrained draft
+#
+# The session continues notebook 05's checkpoint when there is one (same data, draft and optimizer state), else it
+# starts on notebook 04's data. The *untrained* draft has the same config, vocab mapping and verifier-owned weights
+# (embedding, `lm_head`), and freshly initialised trainable layers.
+
+# %%
+t0 = time.perf_counter()
+checkpoint_05 = workdir / "checkpoint_05"
+if resume_from_05 and (checkpoint_05 / "session.json").exists():
+    session = TrainSession.resume(checkpoint_05)
+    print(f"resumed notebook 05's session at step {session.global_step}")
+else:
+    data_path = find_or_build_data(workdir, verifier, n_conversations=n_conversations, seq_length=seq_length,
+                                   draft_vocab_size=draft_vocab_size or None, seed=seed, held_out=4)
+    spec = DraftSpec(verifier=data_verifier(data_path), draft_vocab_size=data_draft_vocab_size(data_path))
+    session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed,
+                           warm_start_layer=warm_start_layer)
+    print("new session on", data_path)
+build = session.build
+k = k or session.ttt_steps
+torch.manual_seed(seed)
+untrained = build_for_data(build, session.data_dir).eval()
+verifier_model = load_model(build.verifier)
+tokenizer = load_tokenizer(build.verifier)
+print(f"draft: vocab {build.config.draft_vocab_size}, aux layers {build.aux_layer_ids}, attention "
+      f"{build.attention.implementation}, k = {k}; ready in {time.perf_counter() - t0:.1f}s")
+
+# %% [markdown]
+# ## Held-out prompts and the verifier's greedy continuations
+#
+# The prompts are the first user turns of conversations that notebook 04 kept out of training. Both measurements use
+# the same greedy continuation of each prompt, so they measure the same thing.
+
+# %%
+held_out = held_out_conversations(session.data_dir)
+prompts = ev.chat_prompts(tokenizer, held_out, n_prompts, max_prompt_tokens=max_prompt_tokens)
+t0 = time.perf_counter()
+conts = ev.continuations(verifier_model, prompts, max_new_tokens, tokenizer.eos_token_id)
+greedy_seconds = time.perf_counter() - t0
+n_tokens = sum(len(c) for c in conts)
+print(f"{len(prompts)} prompts, {n_tokens} greedy tokens in {greedy_seconds:.1f}s "
+      f"({n_tokens / greedy_seconds:.1f} tok/s)")
+print("prompt:", repr(tokenizer.decode(prompts[0][0])[-200:]))
+print("greedy:", repr(tokenizer.decode(conts[0])[:300]))
+
+# %% [markdown]
+# ## Untrained draft: τ ≈ 1
+#
+# `tau_simulated` is τ along the rounds a decode loop takes (start after the first token, jump by accepted + 1): it is
+# what the real loop measures. `tau_all_starts` averages a round starting at *every* position; `acc_i` is the rate at
+# which draft token *i* is accepted given that the ones before it were.
+
+# %%
+sim = {"untrained": ev.simulate(verifier_model, untrained, prompts, conts, k)}
+real = {"untrained": ev.decode(verifier_model, untrained, prompts, conts, k, tokenizer.eos_token_id)}
+ev.summary_table(sim, real)
+
+# %% [markdown]
+# ## Train
+#
+# `run(n)` takes `train_steps` more steps of the same session (speculators' forward, loss and metrics; AdamW; the
+# schedule of `speculators train`) and checkpoints at the end.
+
+# %%
+t0 = time.perf_counter()
+first_step = session.global_step
+session.run(train_steps, checkpoint_dir=workdir / "checkpoint_06")
+train_seconds = time.perf_counter() - t0
+steps_05 = first_step
+print(f"{train_steps} steps in {train_seconds:.0f}s ({train_seconds / max(1, train_steps):.1f} s/step); "
+      f"{session.global_step} steps in total")
+session.model.eval()
+plot_metrics(session.history)
+
+# %% [markdown]
+# ## Trained draft: τ simulated and by the real decode loop
+#
+# The decode loop's output is compared with plain greedy decoding (`lossless`: prompts where every token is equal).
+
+# %%
+sim["trained"] = ev.simulate(verifier_model, session.model, prompts, conts, k)
+real["trained"] = ev.decode(verifier_model, session.model, prompts, conts, k, tokenizer.eos_token_id)
+table = ev.summary_table(sim, real)
+display(table)
+for name in sim:
+    gap = abs(sim[name].tau - real[name].tau)
+    print(f"{name}: simulated τ {sim[name].tau:.3f}, decode-loop τ {real[name].tau:.3f} (|difference| {gap:.3f}); "
+          f"lossless on {real[name].lossless}/{real[name].prompts} prompts; decode {real[name].seconds:.1f}s")
+ev.plot_acceptance(sim)
+
+# %% [markdown]
+# ## Export in speculators' format, reload, serve with vLLM
+#
+# `config.json` (with `speculators_config`: algorithm, proposal method, verifier) and `model.safetensors` with the
+# draft weights, the frozen embedding and the `d2t`/`t2d` vocab mapping (target id = `i + d2t[i]`). The verifier's
+# `lm_head` and final norm are not saved; `SpeculatorModel.from_pretrained` loads them from the verifier.
+
+# %%
+out = save_draft(session.model, workdir / "draft_06")
+display(export.files(out))
+check = export.reload_check(session.model, out)
+print(f"reloaded with SpeculatorModel.from_pretrained: {int(check['ok'].sum())}/{len(check)} tensors identical")
+reloaded = export.reload(out)
+same = ev.decode(verifier_model, reloaded, prompts[:1], conts[:1], k, tokenizer.eos_token_id, progress=False)
+print(f"the reloaded draft decodes prompt 0 with τ {same.tau:.3f} (lossless: {same.lossless == 1})")
+for kind, cmd in export.vllm_commands(out, k=k).items():
+    print(f"{kind}:  {cmd}")
+
+# %%
+record_summary(workdir, "06", tau_untrained=round(sim["untrained"].tau, 3), tau_trained=round(sim["trained"].tau, 3),
+               tau_decode_untrained=round(real["untrained"].tau, 3), tau_decode_trained=round(real["trained"].tau, 3),
+               lossless=all(r.lossless == r.prompts for r in real.values()), k=k,
+               train_steps_06=train_steps, train_steps_total=session.global_step,
+               train_seconds_06=round(train_seconds), export=str(out))
