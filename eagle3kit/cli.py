@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from eagle3kit.errors import UserError
+
 
 def _parse_value(text: str):
     """``--set key=value`` values: int, float, bool or string."""
@@ -22,7 +24,7 @@ def cmd_run_notebooks(args: argparse.Namespace) -> int:
     overrides = {}
     for item in args.set or []:
         if "=" not in item:
-            raise SystemExit(f"--set expects key=value, got {item!r}")
+            raise UserError(f"--set expects KEY=VALUE, got {item!r}; e.g. --set ttt_steps=4")
         key, value = item.split("=", 1)
         overrides[key] = _parse_value(value)
     results = run_notebooks(args.out, preset=args.preset, overrides=overrides, select=args.only,
@@ -103,6 +105,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.resume:
         session = TrainSession.resume(args.resume, data_dir=args.data)
+        args.save = args.save or args.resume  # a resumed run goes on checkpointing where it was
     else:
         session = TrainSession(args.data, _train_spec(args), lr=args.lr, total_seq_len=args.total_seq_len,
                                seed=args.seed, max_steps=args.max_steps, epochs=args.epochs,
@@ -282,9 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:  # user mistakes: one clear sentence, no stack trace
-        print(f"eagle3kit: {exc}", file=sys.stderr)
+    except (UserError, ValueError, FileNotFoundError) as exc:  # user mistakes: one clear line, no stack trace
+        print(f"eagle3kit: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ def build_parser(handlers: dict[str, Handler], description: str = "") -> argpars
             p.add_argument("--hidden-states-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                            help="auto: float32 on CPU, bf16 autocast on CUDA; bfloat16: autocast on CPU too (faster)")
             p.add_argument("--steps", type=int, default=10, help="steps to take now")
-            p.add_argument("--save", default=None, help="checkpoint directory (written at the end)")
+            p.add_argument("--save", default=None,
+                           help="checkpoint directory, written at the end (default with --resume: that directory)")
             p.add_argument("--checkpoint-every", type=int, default=None)
             p.add_argument("--resume", default=None, help="checkpoint directory to continue from")
             p.add_argument("--export", default=None, help="also save the draft alone (speculators format)")

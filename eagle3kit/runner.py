@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import time
@@ -12,6 +13,7 @@ import pandas as pd
 
 from eagle3kit import presets
 from eagle3kit.atomic import write_text
+from eagle3kit.errors import UserError
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -39,6 +41,27 @@ def declared_parameters(path: str | os.PathLike) -> set[str]:
     import papermill
 
     return set(papermill.inspect_notebook(str(path)))
+
+
+def check_parameters(paths: list[Path], preset: str, overrides: dict) -> None:
+    """Refuse, before anything runs, a ``--set`` key that no selected notebook declares, and a preset key that its
+    notebook does not declare: a typo would otherwise run silently with the default."""
+    declared = {p: declared_parameters(p) for p in paths}
+    known = set().union(*declared.values()) | {"workdir"}
+    for key in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            names = ", ".join(p.name for p in paths)
+            hint = f"; did you mean {' or '.join(close)}?" if close else f"; they declare {', '.join(sorted(known))}"
+            raise UserError(f"--set {key}=...: no notebook of this run ({names}) declares a parameter {key!r}{hint}")
+    for path, names in declared.items():
+        own = set(presets.NOTEBOOKS.get(path.name[:2], {}).get(preset, {}))
+        unknown = sorted(own - names)
+        if unknown:
+            close = [m for k in unknown for m in difflib.get_close_matches(k, sorted(names), n=1)]
+            raise UserError(f"The preset {preset!r} sets {', '.join(unknown)} for {path.name}, whose parameters "
+                            f"cell does not declare it" + (f" (closest: {', '.join(close)})" if close else "")
+                            + "; fix eagle3kit/presets.py or the notebook's parameters cell.")
 
 
 def notebook_parameters(path: Path, preset: str, overrides: dict, workdir: Path) -> dict:
@@ -84,6 +107,7 @@ def run_notebooks(
     paths = notebooks(notebook_dir, select)
     if not paths:
         raise FileNotFoundError(f"No notebooks matched {select or 'NN_*.ipynb'} in {notebook_dir or NOTEBOOK_DIR}.")
+    check_parameters(paths, preset, overrides or {})
     results: list[NotebookResult] = []
     for i, path in enumerate(paths, 1):
         target = out / path.name

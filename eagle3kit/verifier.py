@@ -15,6 +15,7 @@ from pathlib import Path
 
 from transformers import AutoConfig, PretrainedConfig
 
+from eagle3kit.errors import UserError
 from eagle3kit.assets import asset_file
 from eagle3kit.atomic import atomic_dir
 
@@ -24,7 +25,7 @@ TINY_DIRNAME = "tiny-llama"
 DEFAULT_VERIFIER = "smollm2"
 
 
-class VerifierError(ValueError):
+class VerifierError(UserError):
     """A verifier name, path or directory that cannot be used, with the fix in the message."""
 
 

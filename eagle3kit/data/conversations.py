@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from eagle3kit.errors import UserError
 from eagle3kit.assets import asset_file
 
 HELD_OUT = "held_out.jsonl"  # conversations a data directory keeps out of training
 SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
 
 
-class ConversationError(ValueError):
+class ConversationError(UserError):
     """A conversation source that cannot be used, with the fix in the message."""
 
 

@@ -10,12 +10,13 @@ import json
 import os
 from pathlib import Path
 
+from eagle3kit.errors import UserError
 from eagle3kit.verifier import Verifier, resolve
 
 MANIFEST = "eagle3kit_data.json"
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """A data directory that cannot be used as asked, with the fix in the message."""
 
 

@@ -24,6 +24,8 @@ import torch
 from speculators.models.eagle3.attention import create_combined_mask_mod, extend_mask_for_draft_tokens
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
+from eagle3kit.errors import UserError
+
 BLOCK = 128  # torch's default flex block size, the one speculators uses (Q and KV blocks alike)
 COMPILE_ABOVE = 4096  # tokens; longer sequences use torch.compile(create_block_mask)
 TOKEN_VIEW_LIMIT = 1 << 26  # elements of a token-level view (64 MB as bool); larger regions: use tile_counts
@@ -34,7 +36,7 @@ _compiled_create_block_mask = None
 _compiled_count = None
 
 
-class MaskInputError(ValueError):
+class MaskInputError(UserError):
     """A mask layout that speculators would reject or silently get wrong."""
 
 

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from eagle3kit.atomic import atomic_dir
+from eagle3kit.errors import UserError
+from eagle3kit.atomic import atomic_dir, recover
 
 SESSION_FILE = "session.json"
 STATE_FILE = "training_state.pt"
@@ -31,7 +32,7 @@ OPTIMIZER_FILE = "optimizer_state_dict.pt"
 SCHEDULER_FILE = "scheduler_state_dict.pt"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint directory that cannot be resumed here, with the reason and the fix."""
 
 
@@ -79,27 +80,35 @@ def save_checkpoint(
 
 
 def read_session(directory: str | os.PathLike) -> dict[str, Any]:
-    """The ``session.json`` of a checkpoint; a clear error when ``directory`` is not one."""
-    path = Path(directory)
+    """The ``session.json`` of a checkpoint (after recovering an interrupted replacement); a clear error when
+    ``directory`` is not one."""
+    path = recover(directory)
     missing = [f for f in (SESSION_FILE, STATE_FILE, OPTIMIZER_FILE, "config.json") if not (path / f).exists()]
     if missing:
         raise CheckpointError(
             f"{str(path)!r} is not an eagle3kit training checkpoint (missing {', '.join(missing)}); "
-            "pass a directory written by TrainSession.save()."
+            "pass a directory written by `eagle3kit train --save DIR` (TrainSession.save)."
         )
     return json.loads((path / SESSION_FILE).read_text())
 
 
 def check_fingerprint(saved: dict[str, Any], current: dict[str, Any], directory: str | os.PathLike) -> None:
-    """Refuse a checkpoint made with another configuration, naming every field that differs."""
+    """Refuse a checkpoint made with another configuration, in one sentence naming each field that differs."""
     keys = sorted(set(saved) | set(current))
     differ = [k for k in keys if _canon(saved.get(k)) != _canon(current.get(k))]
     if differ:
-        details = "; ".join(f"{k}: checkpoint={saved.get(k)!r}, now={current.get(k)!r}" for k in differ[:6])
+        details = "; ".join(f"{k} is {_short(saved.get(k))} there and {_short(current.get(k))} here"
+                            for k in differ[:8]) + (f"; and {len(differ) - 8} more" if len(differ) > 8 else "")
         raise CheckpointError(
-            f"The checkpoint {str(directory)!r} was made with another configuration ({details}); resume it with "
-            "TrainSession.resume(directory), which rebuilds its own configuration, or start a new session."
+            f"The checkpoint {str(directory)!r} was made with another configuration ({details}); continue it with "
+            f"`eagle3kit train --resume {directory}` (it rebuilds the checkpoint's own configuration), or start a "
+            "new run that saves elsewhere."
         )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _canon(value: Any) -> Any:

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from transformers import get_constant_schedule, get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
 
 from eagle3kit.data.manifest import data_verifier
+from eagle3kit.errors import UserError
 from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.train import checkpoint as ckpt
@@ -34,7 +35,11 @@ from eagle3kit.train.batches import Batches
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
 
 
-class TrainingDiverged(RuntimeError):
+class RunComplete(UserError):
+    """The session has taken every step of its schedule."""
+
+
+class TrainingDiverged(UserError):
     """The loss (or the gradient) stopped being finite; the weights were left at the last good step."""
 
 
@@ -127,11 +132,7 @@ class TrainSession:
         is not finite.
         """
         with self._lock:
-            if self.global_step >= self.total_steps:
-                raise RuntimeError(
-                    f"The run is complete ({self.total_steps} steps = its LR schedule); start a session with a larger "
-                    "max_steps or more epochs to train further."
-                )
+            self._check_not_complete()
             t0 = time.perf_counter()
             batch = self.batches.peek()
             t_data = time.perf_counter() - t0
@@ -174,6 +175,8 @@ class TrainSession:
         """Take up to ``n`` steps with a tqdm bar; ``callback(record)`` after each; ``request_stop()`` ends it after
         the current step. With ``checkpoint_dir``, save every ``checkpoint_every`` steps and at the end; on a
         non-finite loss the last good checkpoint is kept and the error is raised."""
+        if n > 0:
+            self._check_not_complete()
         done: list[dict[str, Any]] = []
         bar = tqdm(total=n, desc="train", unit="step", disable=not self.progress)
         try:
@@ -195,6 +198,13 @@ class TrainSession:
             self.save(checkpoint_dir)
         return done
 
+    def _check_not_complete(self) -> None:
+        if self.global_step >= self.total_steps:
+            raise RunComplete(
+                f"The run is complete: it has taken all {self.total_steps} steps of its LR schedule; to train "
+                "further, start a new run with a larger --max-steps (or more --epochs) that saves elsewhere."
+            )
+
     def request_stop(self) -> None:
         """Ask the current (or, if none runs, the next) ``run()`` to stop after its current step."""
         self._stop.set()
@@ -210,13 +220,17 @@ class TrainSession:
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def fingerprint(self) -> dict[str, Any]:
-        """What a checkpoint must share with this session to be resumed by it (not ``warm_start_layer``: it only
-        sets the step-0 weights, and a checkpoint carries its own)."""
-        cfg = self.build.config.to_dict()
-        cfg.pop("transformers_version", None)
-        return {"data_dir": str(self.data_dir), "data_rows": len(self.batches.dataset), "verifier":
-                self.build.verifier.path, "draft_config": cfg, "attention": self.build.attention.implementation,
-                **{k: v for k, v in dataclasses.asdict(self.settings).items() if k != "warm_start_layer"}}
+        """What defines the run, flat: a checkpoint must share it to be resumed by this session.
+
+        The draft is named by its spec (the config is built from it), not by the config object, which speculators'
+        ``save_pretrained`` changes (``architectures``, ``auto_map``, ``dtype``). ``warm_start_layer`` is left out:
+        it only sets the step-0 weights, and a checkpoint carries its own."""
+        spec = {f"draft.{k}": v for k, v in dataclasses.asdict(self.build.spec).items()
+                if k not in ("verifier", "attn_implementation", "training")}
+        settings = {k: v for k, v in dataclasses.asdict(self.settings).items() if k != "warm_start_layer"}
+        return {"data_dir": str(self.data_dir), "data_rows": len(self.batches.dataset),
+                "verifier": self.build.verifier.path, "attention": self.build.attention.implementation,
+                "device": self.device, **spec, **settings}
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Checkpoint: speculators' model dir + optimizer, scheduler, RNG, data position and history (atomic)."""
