@@ -17,6 +17,12 @@ from pathlib import Path
 
 import torch
 
+from eagle3kit.masks import plots as mask_plots
+from eagle3kit.masks.eagle_mask import build_mask
+from eagle3kit.masks.layouts import pack, sharegpt_lengths
+from eagle3kit.masks.stats import stats
+from eagle3kit.verifier import load_tokenizer
+
 
 def _status(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -39,10 +45,6 @@ def measure(fn):
 
 
 def one_run(lengths, tokens, ttt_steps, compile):
-    from eagle3kit.masks import plots as mask_plots
-    from eagle3kit.masks.stats import stats
-    from eagle3kit.masks.eagle_mask import build_mask
-
     times = {}
     t0 = time.perf_counter()
     mask = build_mask(lengths, tokens, ttt_steps, compile=compile)
@@ -66,10 +68,6 @@ def main() -> None:
                         help="also time speculators' uncompiled create_block_mask at this length (0: skip)")
     args = parser.parse_args()
     torch.set_num_threads(2)
-
-    from eagle3kit.masks.stats import pack, sharegpt_lengths
-    from eagle3kit.masks.eagle_mask import build_mask
-    from eagle3kit.verifier import load_tokenizer
 
     lengths = pack(sharegpt_lengths(load_tokenizer("smollm2"), n=400, seed=0), args.tokens - 64)
     print(f"layout: {len(lengths)} ShareGPT conversations (SmolLM2 chat template), {sum(lengths)} tokens "

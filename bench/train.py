@@ -16,7 +16,10 @@ from pathlib import Path
 
 import torch
 
+from eagle3kit.data.dataset import build_dataset
+from eagle3kit.draft.config import DraftSpec
 from eagle3kit.train.loop import PlainLoop
+from eagle3kit.train.session import TrainSession
 
 
 def plain_trainer(session):
@@ -38,10 +41,6 @@ def timed(fn, *args) -> tuple[float, float]:
 
 
 def main() -> None:
-    from eagle3kit.draft.config import DraftSpec
-    from eagle3kit.data.dataset import build_dataset
-    from eagle3kit.train.session import TrainSession
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--verifier", default="smollm2")
     ap.add_argument("--data", default=None, help="data directory (default: built in /tmp/eagle3kit-bench-train-*)")

@@ -17,20 +17,18 @@ import pandas as pd
 import torch
 from datasets import load_from_disk
 
-from eagle3kit.data.loader import held_out_conversations
+from eagle3kit.data.loader import held_out_prompts
+from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
+from eagle3kit.draft.config import DraftSpec
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.train.session import TrainSession
-from eagle3kit.data.manifest import data_draft_vocab_size
-from eagle3kit.data.manifest import data_verifier
-from eagle3kit.draft.config import DraftSpec
 from eagle3kit.verifier import load_model, load_tokenizer
 
 
-def held_out_prompts(data_dir, tok, n: int, max_prompt_tokens: int = 128):
+def unseen_prompts(data_dir, tok, n: int, max_prompt_tokens: int = 128):
     """Held-out conversations whose first user turn does not occur in the training rows."""
     train_text = [tok.decode(r) for r in load_from_disk(str(data_dir))["input_ids"]]
-    firsts = [(c, ev._first_user_text(c)) for c in held_out_conversations(data_dir)]  # noqa: SLF001
-    clean = [c for c, u in firsts if u and not any(u in t for t in train_text)]
+    clean = [p for p in held_out_prompts(data_dir) if not any(p[-1]["content"] in t for t in train_text)]
     return ev.chat_prompts(tok, clean, n, max_prompt_tokens)
 
 
@@ -47,7 +45,7 @@ def main() -> None:
     torch.set_num_threads(2)
     verifier = data_verifier(args.data)
     model, tok = load_model(verifier), load_tokenizer(verifier)
-    prompts = held_out_prompts(args.data, tok, args.prompts)
+    prompts = unseen_prompts(args.data, tok, args.prompts)
     conts = ev.continuations(model, prompts, args.new, tok.eos_token_id, progress=False)
     spec = DraftSpec(verifier=verifier, draft_vocab_size=data_draft_vocab_size(args.data))
     arms = {name: TrainSession(args.data, spec, lr=args.lr, total_seq_len=1024, max_steps=args.steps,

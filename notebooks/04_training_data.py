@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from IPython.display import HTML, display
+from IPython.display import display
 
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
@@ -52,6 +52,7 @@ from eagle3kit.data.loader import held_out_conversations, make_loader
 from eagle3kit.data.manifest import DataError
 from eagle3kit.data.targets import verify_targets
 from eagle3kit.data import plots as data_plots
+from eagle3kit.data.loss_mask_plot import plot_loss_mask
 from eagle3kit.data import vocab
 from eagle3kit.data.regenerate import regenerate
 from eagle3kit.runner import record_summary
@@ -112,12 +113,14 @@ again = build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_l
 print("run again:", again.files)
 
 # %% [markdown]
-# ## One sample and its loss mask
+# ## What trains: one conversation and its loss mask
 #
-# Only assistant tokens are supervised. The mask follows speculators' render-boundary rule: for each assistant turn,
-# what the chat template adds between the prompt (with the generation prompt) and the prompt plus the reply. Green
-# tokens train the draft; grey ones are context. Each green run decodes to exactly the assistant's text plus the
-# template's end-of-turn marker.
+# The draft is trained only where the loss mask is 1: on the **assistant's** tokens (green below). The system prompt,
+# the user's turns and the chat template's markers (grey) are context: the draft reads them (through the verifier's
+# hidden states) but is never asked to predict them, because at serving time they come from the prompt, not from
+# generation. The mask follows speculators' render-boundary rule: for each assistant turn, what the chat template adds
+# between the prompt (with the generation prompt) and the prompt plus the reply. The table checks that each green run
+# decodes to exactly the assistant's text plus the template's end-of-turn marker.
 
 # %%
 tokenizer = load_tokenizer(verifier)
@@ -128,7 +131,7 @@ for turns in held_out_conversations(data_dir):  # the first held-out one with an
 report = pd.DataFrame(conv.mask_report(tokenizer, turns, sample))
 display(report.assign(reply=report["reply"].str[:50], masked=report["masked"].str[:50]))
 assert (report["equal"] | report["cut at seq_length"]).all(), "a masked run is not the assistant's text"
-HTML(data_plots.mask_html(tokenizer, sample.input_ids, sample.loss_mask, max_tokens=250))
+plot_loss_mask(tokenizer, sample.input_ids, sample.loss_mask, max_tokens=250)
 
 # %% [markdown]
 # ## The targets check: is the last state really pre-norm?
@@ -181,6 +184,15 @@ display(pd.DataFrame([{"key": k, "shape": tuple(v.shape), "dtype": str(v.dtype)}
                       if torch.is_tensor(v)]))
 print(f"{len(loader)} packed batches of {2 * seq_length} tokens")
 data_plots.plot_batch(batch)
+
+# %% [markdown]
+# The same packed row as text: where one conversation ends and the next begins (blue bars), which tokens are in the
+# loss, and the padding that fills the row to `total_seq_len`. The token ids are those of the *shifted* batch (eagle3's
+# `shift_batch`: the hidden state of token *j* is paired with token *j + 1*), so each row starts one token late.
+
+# %%
+plot_loss_mask(tokenizer, batch["input_ids"][0], batch["loss_mask"][0], batch["document_ids"][0],
+               max_tokens=2 * seq_length, title="one packed batch row: documents, loss mask and padding")
 
 # %% [markdown]
 # ## A mismatch is refused

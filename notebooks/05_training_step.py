@@ -41,6 +41,8 @@ warm_start_layer = None     # None: speculators' random init; N / -1: start the 
 first_steps = 2             # steps taken one by one
 run_steps = 3               # steps taken by Run N
 n_gpus = 8                  # for the scale-out command
+overfit_steps = 40          # the overfit check: steps on one conversation (0: skip it)
+overfit_reply_tokens = 64   # the overfit check: length of the verifier's reply it memorises
 seed = 0
 workdir = "../runs/interactive/work"
 
@@ -63,6 +65,7 @@ from eagle3kit.data.manifest import data_draft_vocab_size
 from eagle3kit.data.manifest import data_verifier
 from eagle3kit.logs import quiet
 from eagle3kit.train.plots import plot_batch, plot_metrics, plot_step
+from eagle3kit.train.overfit import overfit, plot_overfit
 from eagle3kit.train.stepper import TrainingStepper
 
 pd.set_option("display.max_colwidth", 100)
@@ -220,6 +223,25 @@ print(f"{int(table['equal'].sum())} of {len(table)} config.json fields equal")
 display(table[~table["equal"]] if not table["equal"].all() else table.head(12))
 
 # %% [markdown]
+# ## Before a long run: can the draft overfit one conversation?
+#
+# A check SpecForge recommends before spending GPU hours: train a fresh draft for a few dozen steps on **one**
+# conversation (a prompt and the verifier's own greedy reply), then run the real speculative decode loop on that
+# prompt. A draft wired correctly (aux hidden states, pre-norm targets, `d2t`/`t2d`, the TTT mask) memorises it, and
+# the verifier then accepts (nearly) every draft token: τ close to `k + 1`. If it cannot learn one sample, more data
+# will not help: something is wired wrong.
+
+# %%
+if overfit_steps:
+    check_overfit = overfit(b.spec.verifier, workdir / "overfit_05", steps=overfit_steps, k=session.ttt_steps,
+                            reply_tokens=overfit_reply_tokens, seed=seed, spec=b.spec)
+    print(check_overfit.message)
+    display(plot_overfit(check_overfit))
+else:
+    check_overfit = None
+    print("skipped: overfit_steps = 0")
+
+# %% [markdown]
 # ## On a GPU
 #
 # With CUDA, the session picks speculators' flex attention and the fused (Triton) loss, and trains under bf16 autocast,
@@ -239,4 +261,7 @@ else:
 last = session.history[-1]
 record_summary(workdir, "05", steps=session.global_step, loss=round(last["loss"], 4),
                full_acc_0=round(last["full_acc_0"], 4), tokens_per_s=round(last["tokens_per_s"]),
-               resume_bit_exact=bool(same_loss and same_weights), dry_run_fields_equal=bool(table["equal"].all()))
+               resume_bit_exact=bool(same_loss and same_weights), dry_run_fields_equal=bool(table["equal"].all()),
+               overfit_tau=None if check_overfit is None else round(check_overfit.tau, 3),
+               overfit_steps=None if check_overfit is None else check_overfit.steps,
+               overfit_passed=None if check_overfit is None else check_overfit.passed)

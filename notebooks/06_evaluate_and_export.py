@@ -51,6 +51,7 @@ seed = 0
 workdir = "../runs/interactive/work"
 
 # %%
+# %matplotlib inline
 import time
 from pathlib import Path
 
@@ -59,9 +60,10 @@ import torch
 
 from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.evaluate import conventions
 from eagle3kit.evaluate import export
 from eagle3kit.draft.config import DraftSpec
-from eagle3kit.draft.model import build_for_data
+from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.runner import record_summary
 from eagle3kit.train.session import TrainSession
 from eagle3kit.data.loader import find_or_build_data
@@ -166,6 +168,20 @@ for name in sim:
     print(f"{name}: simulated τ {sim[name].tau:.3f}, decode-loop τ {real[name].tau:.3f} (|difference| {gap:.3f}); "
           f"lossless on {real[name].lossless}/{real[name].prompts} prompts; decode {real[name].seconds:.1f}s")
 ev.plot_acceptance(sim)
+
+# %% [markdown]
+# ## τ as other tools count it
+#
+# Tools disagree on whether the bonus token counts. eagle3kit's τ counts it, as the EAGLE papers and vLLM's "mean
+# acceptance length" do; so does speculators' `eal` metric (`compute_accepted_length_counts`, "vLLM's convention").
+# SpecForge's `simulated_acc_len` = acc₀ + acc₀·acc₁ + … (acc_i: conditional acceptance per draft position) does not,
+# and neither does the sum of speculators' EAGLE-3 training accuracies `full_acc_i` (cumulative rates). **Conversion:
+# τ = simulated_acc_len + 1.** The table states the trained draft's simulated acceptance (every start position) in
+# each convention; the last row comes from the last training batch, so it differs by the data, not the convention.
+
+# %%
+last = session.history[-1]
+conventions.table(sim["trained"], full_acc=[last[f"full_acc_{i}"] for i in range(session.ttt_steps)])
 
 # %% [markdown]
 # ## Export in speculators' format, reload, serve with vLLM

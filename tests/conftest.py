@@ -10,22 +10,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from eagle3kit.data.dataset import build_dataset  # noqa: E402
+from eagle3kit.verifier import resolve  # noqa: E402
+
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="session")
 def tiny_verifier():
     """The tiny random Llama verifier (a real HF directory with SmolLM2's tokenizer)."""
-    from eagle3kit.verifier import resolve
-
     return resolve("tiny")
 
 
 @pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M-Instruct verifier (converted once per machine, then cached)."""
-    from eagle3kit.verifier import resolve
-
     return resolve("smollm2")
 
 
@@ -36,8 +35,6 @@ TINY_DATA_VOCAB = 512
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory):
     """A real (tiny) training-data directory: 12 ShareGPT conversations through the tiny verifier."""
-    from eagle3kit.data.dataset import build_dataset
-
     out = tmp_path_factory.getbasetemp() / "eagle3kit-train-tiny-data"
     build_dataset("tiny", out, n_conversations=12, seq_length=TINY_DATA_SEQ, held_out=2,
                   draft_vocab_size=TINY_DATA_VOCAB, progress=False)

@@ -1,10 +1,13 @@
 """Atomic writes: all or nothing, and the result has ordinary permissions."""
 
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
-from eagle3kit.atomic import atomic_dir, atomic_file, write_text
+from eagle3kit.atomic import atomic_dir, atomic_file, recover, write_text
 
 
 def test_file_and_dir_appear_whole_with_umask_permissions(tmp_path):
@@ -56,12 +59,6 @@ with atomic.atomic_dir(sys.argv[1]) as tmp:
 def test_a_replacement_killed_between_its_renames_is_recovered(tmp_path):
     """SIGKILL between moving the old copy aside and renaming the new one in: the old copy is complete on disk and
     the next start (any atomic_dir, or recover) puts it back; a later replacement then works as usual."""
-    import signal
-    import subprocess
-    import sys
-
-    from eagle3kit.atomic import recover
-
     target = tmp_path / "checkpoint"
     with atomic_dir(target) as d:
         (d / "version").write_text("old")

@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import json
+import os
+import re
+import shlex
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+from speculators.models.eagle3.data import shift_batch
+from speculators.train.cli import parse_vocab_mappings
+from speculators.train.dataloader import create_train_val_loaders
 
+from eagle3kit.assets import AssetMissingError
+from eagle3kit.cli import main
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.conversations import HELD_OUT
 from eagle3kit.data.dataset import build_dataset
-from eagle3kit.data.loader import check_files, held_out_conversations, held_out_prompts, load_vocab_mapping, make_loader
+from eagle3kit.data.health import bad_files, remake_command, require_healthy
+from eagle3kit.data.loader import held_out_conversations, held_out_prompts, load_vocab_mapping, make_loader
 from eagle3kit.data.manifest import DataError, MANIFEST, read_manifest
 from eagle3kit.data.targets import verify_targets
+from eagle3kit.verifier import load_tokenizer
+
 SMALL = dict(n_conversations=5, seq_length=160, held_out=2, progress=False, batch_size=2)
 
 
@@ -44,8 +62,6 @@ def test_layout_is_speculators(built, tiny_verifier):
     assert info.n_samples >= 1 and info.files["written"] == info.n_samples
     for name in ("state.json", "dataset_info.json", "token_freq.pt", "d2t-256.npy", "t2d-256.npy", HELD_OUT):
         assert (out / name).exists(), name
-    from safetensors.torch import load_file
-
     f = load_file(str(out / "hidden_states" / "hs_0.safetensors"))
     n_states = len(info.aux_layer_ids) + 1
     assert f["hidden_states"].shape[1:] == (n_states, tiny_verifier.text_config.hidden_size)
@@ -90,8 +106,6 @@ def test_targets_check_passes(built):
 
 
 def test_loss_mask_decodes_to_assistant_text(tiny_verifier):
-    from eagle3kit.verifier import load_tokenizer
-
     tok = load_tokenizer(tiny_verifier)
     turns = conv.normalize(_convs(1)[0]["messages"] + [{"role": "user", "content": "Thanks"},
                                                        {"role": "assistant", "content": "You are welcome."}])
@@ -131,30 +145,47 @@ def test_resume_skips_finished_and_gives_identical_bytes(tmp_path, tiny_verifier
     assert again.files == {"written": 0, "skipped": 4, "remade": 0}
 
 
-def test_bad_hidden_state_files_are_found_and_remade(tmp_path, tiny_verifier):
-    from safetensors.torch import load_file, save_file
-
-    src = _jsonl(tmp_path / "c.jsonl", _convs(4))
+def test_bad_hidden_state_files_are_named_with_the_command_that_remakes_them(tmp_path, tiny_verifier, capsys):
+    """issue 17: an inf in one file, other token ids in another, a cut-off third: each is named with why and the
+    command; that command (typed as printed) remakes exactly those files and says which and why."""
+    src = _jsonl(tmp_path / "c.jsonl", _convs(5))
     out = tmp_path / "d"
-    kw = dict(SMALL, source=src, n_conversations=3, held_out=0)
-    build_dataset(tiny_verifier, out, **kw)
-    hs0 = out / "hidden_states" / "hs_0.safetensors"
-    hs1 = out / "hidden_states" / "hs_1.safetensors"
-    good0, good1 = hs0.read_bytes(), hs1.read_bytes()
+    build_dataset(tiny_verifier, out, **dict(SMALL, source=src, n_conversations=4, held_out=0))
+    hs0, hs1, hs2 = (out / "hidden_states" / f"hs_{i}.safetensors" for i in range(3))
+    good = [p.read_bytes() for p in (hs0, hs1, hs2)]
     f = load_file(str(hs0))
-    f["hidden_states"][3, 0, 0] = float("nan")
+    f["hidden_states"][3, 0, 0] = float("inf")
     save_file(f, str(hs0))
     g = load_file(str(hs1))
     g["token_ids"][0] += 1  # token ids differ between dataset and file
     save_file(g, str(hs1))
-    with pytest.raises(DataError, match="non-finite"):
-        check_files(out, full=True)
+    hs2.write_bytes(good[2][:100])
+    bad = bad_files(out)
+    assert list(bad) == [str(hs0), str(hs1), str(hs2)]
+    assert "non-finite" in bad[str(hs0)] and "token ids differ" in bad[str(hs1)] and "unreadable" in bad[str(hs2)]
+    command = remake_command(out)
+    assert command.startswith(f"eagle3kit data --out {out} --verifier {tiny_verifier.path} --n-conversations 4")
+    with pytest.raises(DataError, match=r"3 unusable .*hs_0\.safetensors: .*non-finite.*remake them with: "
+                                        + re.escape(command)):
+        require_healthy(out)
     with pytest.raises(DataError, match="hs_1"):
-        check_files(out, full=True)
-    info = build_dataset(tiny_verifier, out, **kw)
-    assert info.files["remade"] == 2
-    assert hs0.read_bytes() == good0 and hs1.read_bytes() == good1
-    check_files(out, full=True)
+        make_loader(out, 256)  # what training reads checks every file before the first step
+    assert main(shlex.split(command)[1:] + ["--verify", "0"]) == 0
+    remade = json.loads(capsys.readouterr().out.split("\n\nTrain on it")[0])
+    assert remade["files"] == {"written": 3, "skipped": 1, "remade": 3}
+    assert list(remade["remade"]) == [str(hs0), str(hs1), str(hs2)] and "non-finite" in remade["remade"][str(hs0)]
+    assert [p.read_bytes() for p in (hs0, hs1, hs2)] == good and bad_files(out) == {}
+
+
+def test_remake_command_for_aux_layers_the_cli_cannot_set(built, tmp_path):
+    out, info = built
+    other = tmp_path / "other"
+    other.mkdir()
+    m = read_manifest(out)
+    (other / MANIFEST).write_text(json.dumps(m | {"aux_layer_ids": [0, 1]}))
+    assert remake_command(out).startswith("eagle3kit data --out")
+    assert remake_command(other).startswith(f"build_dataset({info.verifier_path!r}, {str(other)!r}, ")
+    assert "aux_layer_ids=[0, 1]" in remake_command(other)
 
 
 def test_mismatched_verifier_or_aux_layers_refused(built, tmp_path, tiny_verifier, smollm2):
@@ -198,9 +229,6 @@ def test_empty_samples_dropped_and_counted(tmp_path, tiny_verifier):
 
 def test_missing_package_names_install_command(monkeypatch):
     """The package absent from this environment: the error carries the exact install command."""
-    import importlib.metadata
-
-    from eagle3kit.assets import AssetMissingError
 
     real = importlib.metadata.distribution
 
@@ -253,18 +281,12 @@ def test_smollm2_targets_and_loader(tmp_path, smollm2):
 
 def test_killed_run_resumes_to_identical_bytes(tmp_path, tiny_verifier):
     """A real kill (SIGKILL) mid-extraction: the resumed directory equals an uninterrupted build, byte for byte."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     src = _jsonl(tmp_path / "c.jsonl", _convs(20))
     kw = dict(source=str(src), n_conversations=16, seq_length=160, held_out=0, batch_size=1, progress=False)
     reference = tmp_path / "ref"
     build_dataset(tiny_verifier, reference, **kw)
     out = tmp_path / "killed"
-    code = (f"import torch; torch.set_num_threads(1); from eagle3kit import data; "
+    code = (f"import torch; torch.set_num_threads(1); from eagle3kit.data.dataset import build_dataset; "
             f"build_dataset({tiny_verifier.path!r}, {str(out)!r}, **{kw!r})")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     hs_dir = out / "hidden_states"
@@ -286,8 +308,6 @@ def test_killed_run_resumes_to_identical_bytes(tmp_path, tiny_verifier):
 
 
 def test_cli_data(tmp_path, tiny_verifier, capsys):
-    from eagle3kit.cli import main
-
     src = _jsonl(tmp_path / "c.jsonl", _convs(4))
     rc = main(["data", "--verifier", "tiny", "--out", str(tmp_path / "d"), "--source", str(src),
                "--n-conversations", "3", "--held-out", "1", "--seq-length", "160", "--draft-vocab-size", "128",
@@ -312,11 +332,6 @@ def test_targets_check_without_manifest(built, tmp_path, tiny_verifier):
 
 def test_speculators_train_reads_the_directory(built, tiny_verifier):
     """What `speculators train --data-path DIR --draft-vocab-size 256` does with DIR: its loaders and vocab lookup."""
-    import argparse
-
-    from speculators.models.eagle3.data import shift_batch
-    from speculators.train.cli import parse_vocab_mappings
-    from speculators.train.dataloader import create_train_val_loaders
 
     out, info = built
     args = argparse.Namespace(d2t_path=None, t2d_path=None, data_path=str(out), draft_vocab_size=256,
@@ -336,8 +351,6 @@ def test_speculators_train_reads_the_directory(built, tiny_verifier):
 
 
 def test_bfloat16_data(tmp_path, tiny_verifier):
-    from safetensors.torch import load_file
-
     src = _jsonl(tmp_path / "c.jsonl", _convs(3))
     out = tmp_path / "bf16"
     build_dataset(tiny_verifier, out, source=src, dtype="bfloat16", **{**SMALL, "n_conversations": 2,

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import pytest
 import torch
+from speculators.losses import resolve_loss_config
+from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+from transformers import DynamicCache
 
-from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.data.hidden_states import extract
 from eagle3kit.draft.config import build_config
 from eagle3kit.draft.model import build_model
-from eagle3kit.evaluate.decode import greedy_generate, speculative_generate, to_verifier_ids
-from eagle3kit.data.hidden_states import extract
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.evaluate.decode import (
+    aux_hidden_states,
+    draft_step,
+    greedy_generate,
+    project_aux,
+    speculative_generate,
+    to_verifier_ids,
+)
 from eagle3kit.verifier import load_model, load_tokenizer
 
 TEXTS = ["What is the capital of France?", "Write a haiku about the sea.", "List three prime numbers."]
@@ -27,8 +37,6 @@ def tiny(tiny_verifier):
 
 def _train_on(model, draft, build, sequences, steps: int, lr: float = 3e-3):
     """A few optimizer steps with speculators' own EAGLE-3 loss on the verifier's hidden states (shifted batch)."""
-    from speculators.losses import resolve_loss_config
-
     loss_config = resolve_loss_config("kl_div", "eager")
     opt = torch.optim.AdamW([p for p in draft.parameters() if p.requires_grad], lr=lr)
     draft.train()
@@ -49,8 +57,6 @@ def _train_on(model, draft, build, sequences, steps: int, lr: float = 3e-3):
 @pytest.fixture(scope="module")
 def trained(tiny):
     """A draft with its own 256-token vocabulary (d2t/t2d), trained briefly on the verifier's greedy outputs."""
-    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
-
     model, tok, prompts, conts = tiny
     sequences = [torch.tensor([p[0].tolist() + c]) for p, c in zip(prompts, conts, strict=True)]
     freq: dict[int, int] = {}
@@ -102,9 +108,6 @@ def test_first_draft_token_matches_the_ttt_forward(tiny, trained):
     model, tok, prompts, conts = tiny
     seq = torch.tensor([prompts[0][0].tolist() + conts[0]])
     tf = ev.teacher_forced_draft_tokens(model, trained, seq, 1)[0]
-    from eagle3kit.evaluate.decode import aux_hidden_states, draft_step, project_aux
-    from transformers import DynamicCache
-
     with torch.no_grad():
         out = model(input_ids=seq, output_hidden_states=True)
         aux = aux_hidden_states(out.hidden_states, trained.config.eagle_aux_hidden_state_layer_ids)

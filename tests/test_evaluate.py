@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.figure import Figure
 
-from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.cli import main
 from eagle3kit.draft.config import build_config
-from eagle3kit.draft.model import build_model
+from eagle3kit.draft.model import build_model, save_draft
+from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.verifier import load_model, load_tokenizer
 
 
@@ -91,9 +92,6 @@ def test_simulate_on_the_tiny_verifier(tiny_verifier):
 
 
 def test_cli_evaluate_prints_tau_for_an_exported_and_an_untrained_draft(tmp_path, capsys):
-    from eagle3kit.cli import main
-    from eagle3kit.draft.model import save_draft
-
     torch.manual_seed(0)
     out = save_draft(build_model(build_config(verifier="tiny", ttt_steps=2)), tmp_path / "draft")
     code = main(["evaluate", "--draft", str(out), "--untrained", "--prompt", "Say hi", "--n-prompts", "1",

@@ -8,19 +8,17 @@ import shlex
 import pytest
 import torch
 from safetensors import safe_open
+from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
 
-from eagle3kit.draft.model import save_draft
-from eagle3kit.evaluate import export
 from eagle3kit.draft.config import build_config
-from eagle3kit.draft.model import build_model
+from eagle3kit.draft.model import build_model, save_draft
+from eagle3kit.evaluate import export
 from eagle3kit.evaluate.decode import speculative_generate
 from eagle3kit.verifier import load_model, load_tokenizer
 
 
 @pytest.fixture(scope="module")
 def draft_with_vocab():
-    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
-
     build = build_config(verifier="tiny", draft_vocab_size=300, ttt_steps=2)
     freq = {t: 1000 - i for i, t in enumerate(range(500, 900))}
     d2t, t2d = build_vocab_mappings_from_distribution(freq, 300, build.verifier.text_config.vocab_size)

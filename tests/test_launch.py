@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
-from eagle3kit.train import launch
+from eagle3kit.cli import main
 from eagle3kit.draft.config import build_config
+from eagle3kit.train import launch
+from eagle3kit.train.loop import optimizer_args
 from eagle3kit.train.session import TrainSettings
 
 from conftest import TINY_DATA_SEQ as SEQ
@@ -34,6 +38,19 @@ def test_yaml_is_speculators_train_config(build, tiny_data, tmp_path):
     differs = set(table.loc[table["differs"] == "yes", "field"])
     assert {"optimizer", "total_seq_len", "seed"} <= differs
     assert not {"norm_before_fc", "norm_output", "norm_before_residual", "ttt_steps"} & differs
+
+
+def test_yaml_carries_the_muon_optimizer(build, tiny_data, tmp_path):
+    """optimizer="muon": speculators' TrainConfig resolves the very Muon + AdamW settings the session steps."""
+    settings = TrainSettings(total_seq_len=SEQ, lr=3e-4, optimizer="muon", muon_lr=0.02).resolved("cpu")
+    plan = launch.write_plan(build, settings, tiny_data, tmp_path)
+    assert plan.config.optimizer.model_dump() == optimizer_args(settings).model_dump()
+    assert (plan.config.optimizer.optimizer, plan.config.optimizer.muon_lr) == ("muon", 0.02)
+    table = launch.explain_plan(plan).set_index("field")
+    assert table.loc["optimizer", "differs"] == "" and table.loc["muon_lr", "differs"] == "yes"
+    unset = launch.write_plan(build, TrainSettings(total_seq_len=SEQ, lr=3e-4, optimizer="muon"), tiny_data,
+                              tmp_path / "unset")
+    assert unset.config.optimizer.muon_lr == 3e-4  # unset: the lr, as speculators resolves it
 
 
 def test_flex_length_trap_is_refused(build, tiny_data, tmp_path):
@@ -67,7 +84,6 @@ def test_round_trip_notices_a_different_draft(build, tiny_data, tmp_path):
     settings = TrainSettings(total_seq_len=SEQ).resolved("cpu")
     plan = launch.write_plan(build, settings, tiny_data, tmp_path, n_gpus=1)
     saved = launch.dry_run(plan, tmp_path / "dry")
-    import json
 
     theirs = json.loads((saved / "config.json").read_text())
     other = build_config(verifier="tiny", draft_vocab_size=VOCAB, device="cpu", norm_output=False)
@@ -76,8 +92,6 @@ def test_round_trip_notices_a_different_draft(build, tiny_data, tmp_path):
 
 
 def test_cli_launch_prints_yaml_table_and_command(tiny_data, tmp_path, capsys):
-    from eagle3kit.cli import main
-
     assert main(["launch", "--data", str(tiny_data), "--out", str(tmp_path), "--total-seq-len", str(SEQ),
                  "--gpus", "2", "--fsdp"]) == 0
     out = capsys.readouterr().out

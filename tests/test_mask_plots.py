@@ -7,9 +7,12 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
+from eagle3kit import presets
+from eagle3kit.cli import main
 from eagle3kit.masks import plots as mask_plots
-from eagle3kit.masks.explorer import MaskExplorer, parse_lengths
 from eagle3kit.masks.eagle_mask import MaskInputError, build_mask, document_ids_from_lengths
+from eagle3kit.masks.explorer import MaskExplorer, parse_lengths
+from eagle3kit.runner import NOTEBOOK_DIR, declared_parameters
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +99,6 @@ def test_parse_lengths():
 
 
 def test_masks_command_prints_stats_and_writes_a_png(tmp_path, capsys):
-    from eagle3kit.cli import main
-
     png = tmp_path / "mask.png"
     assert main(["masks", "--lengths", "300,100", "--total-seq-len", "512", "--ttt-steps", "2",
                  "--plot", str(png)]) == 0
@@ -109,9 +110,6 @@ def test_masks_command_prints_stats_and_writes_a_png(tmp_path, capsys):
 
 
 def test_notebook_03_declares_the_preset_parameters():
-    from eagle3kit import presets
-    from eagle3kit.runner import NOTEBOOK_DIR, declared_parameters
-
     declared = declared_parameters(NOTEBOOK_DIR / "03_blockmask_patterns.ipynb")
     for preset in presets.NAMES:
         assert set(presets.NOTEBOOKS["03"][preset]) <= declared

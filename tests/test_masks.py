@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.nn.attention.flex_attention import flex_attention
 
-from eagle3kit.masks.stats import blockmask_bytes, check_equivalence, dense_masks, stats
+from eagle3kit.draft.config import build_config
+from eagle3kit.draft.model import build_model
 from eagle3kit.masks.eagle_mask import BLOCK, EMPTY, FULL, MaskInputError, build_mask, document_ids_from_lengths
+from eagle3kit.masks.stats import blockmask_bytes, check_equivalence, dense_masks, stats
 
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -27,6 +29,11 @@ def layouts(draw):
     return lengths, total, ttt_steps, window
 
 
+def built():
+    """A random layout and its mask: ``(lengths, total, ttt_steps, window, mask)``."""
+    return layouts().map(lambda layout: (*layout, build_mask(*layout)))
+
+
 def expected_attended(lengths, total, window):
     """Counting oracle for step 0: causal (windowed) pairs inside each document, plus each padding token's diagonal."""
     pairs = sum(min(i + 1, window or i + 1) for n in lengths for i in range(n))
@@ -34,20 +41,18 @@ def expected_attended(lengths, total, window):
 
 
 @SETTINGS
-@given(layouts())
-def test_three_views_agree_with_dense_backends(layout):
-    lengths, total, ttt_steps, window = layout
-    mask = build_mask(lengths, total, ttt_steps, window)
+@given(built())
+def test_three_views_agree_with_dense_backends(case):
+    *_layout, ttt_steps, _window, mask = case
     table = check_equivalence(mask)
     assert len(table) == 2 * ttt_steps
     assert table["equal_to_flex"].all(), table
 
 
 @SETTINGS
-@given(layouts())
-def test_block_classes_match_the_token_view(layout):
-    lengths, total, ttt_steps, window = layout
-    mask = build_mask(lengths, total, ttt_steps, window)
+@given(built())
+def test_block_classes_match_the_token_view(case):
+    _lengths, total, ttt_steps, _window, mask = case
     for step in range(ttt_steps):
         classes = mask.block_classes(step)
         bm = mask.block_masks[step]
@@ -66,10 +71,9 @@ def test_block_classes_match_the_token_view(layout):
 
 
 @SETTINGS
-@given(layouts())
-def test_stats_are_consistent(layout):
-    lengths, total, ttt_steps, window = layout
-    mask = build_mask(lengths, total, ttt_steps, window)
+@given(built())
+def test_stats_are_consistent(case):
+    lengths, total, _ttt_steps, window, mask = case
     table = stats(mask)
     base = expected_attended(lengths, total, window)
     for row in table.itertuples():
@@ -92,10 +96,9 @@ def test_a_ragged_last_tile_holds_only_this_steps_columns(tile):
 
 
 @SETTINGS
-@given(layouts(), st.sampled_from([1, 2, 8, 32, 64, 128, 256]), st.data())
-def test_tile_counts_equal_pooled_token_view(layout, tile, data):
-    lengths, total, ttt_steps, window = layout
-    mask = build_mask(lengths, total, ttt_steps, window)
+@given(built(), st.sampled_from([1, 2, 8, 32, 64, 128, 256]), st.data())
+def test_tile_counts_equal_pooled_token_view(case, tile, data):
+    _lengths, total, ttt_steps, _window, mask = case
     step = data.draw(st.integers(0, ttt_steps - 1))
     kv_len = mask.kv_len(step)
     q0 = data.draw(st.integers(0, total - 1))
@@ -129,9 +132,6 @@ def test_flex_sdpa_and_eager_attention_outputs_agree():
 @pytest.mark.parametrize("attn", ["simple_flex_attention", "sdpa", "eager"])
 def test_same_mask_as_the_real_draft_model(tiny_verifier, attn):
     """Capture the mask speculators' Eagle3DraftModel hands its decoder layer at each TTT step."""
-    from eagle3kit.draft.config import build_config
-    from eagle3kit.draft.model import build_model
-
     build = build_config(verifier="tiny", attn_implementation=attn, device="cpu", ttt_steps=3)
     model = build_model(build).eval()
     seen = []

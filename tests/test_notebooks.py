@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 
+import jupytext
+import nbformat
 import papermill
 import pytest
 
 from eagle3kit import presets
-from eagle3kit.runner import notebooks, run_notebooks
+from eagle3kit.cli import main
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.notebook_outputs import output_problems
+from eagle3kit.runner import notebook_parameters, notebooks, run_notebooks
+from eagle3kit.train.session import TrainSettings
 
 NOTEBOOKS = notebooks()
 
@@ -38,8 +44,6 @@ def test_notebook_matches_its_jupytext_source(path):
     """notebooks/NN_*.py (jupytext percent format) is the source; the .ipynb must hold the same cells.
 
     After editing the .py: ``.venv/bin/jupytext --sync notebooks/*.py`` (or ``make notebooks``)."""
-    import jupytext
-
     source = path.with_suffix(".py")
     assert source.exists(), f"{source.name} is missing: run jupytext --set-formats ipynb,py:percent {path}"
     text, ipynb = jupytext.read(source), jupytext.read(path)
@@ -50,10 +54,23 @@ def test_notebook_matches_its_jupytext_source(path):
     assert cells(text) == cells(ipynb), f"{path.name} and {source.name} differ: run jupytext --sync {source}"
 
 
-def test_every_preset_key_is_used_by_some_notebook():
-    declared = set().union(*(set(papermill.inspect_notebook(str(p))) for p in NOTEBOOKS))
-    for preset in presets.NAMES:
-        assert set(presets.COMMON[preset]) <= declared
+def test_presets_write_a_typed_default_once():
+    """A preset sets only what differs from DraftSpec / TrainSettings; the runner passes those defaults itself."""
+    defaults = presets.typed_defaults()
+    assert defaults["ttt_steps"] == DraftSpec().ttt_steps and defaults["lr"] == TrainSettings().lr
+    for number, by_preset in presets.NOTEBOOKS.items():
+        for preset, values in by_preset.items():
+            same = {k for k, v in values.items() if k in defaults and defaults[k] == v}
+            assert not same, f"presets.NOTEBOOKS[{number!r}][{preset!r}] restates the typed default of {same}"
+
+
+def test_the_runner_passes_typed_defaults_then_preset_then_overrides(tmp_path):
+    first = notebook_parameters(NOTEBOOKS[0], "ci", {"seed": 3}, tmp_path)
+    assert first["ttt_steps"] == DraftSpec().ttt_steps and first["verifier"] == DraftSpec().verifier
+    assert first["seed"] == 3 and first["workdir"] == str(tmp_path) and "lr" not in first  # 01 declares no lr
+    fifth = notebook_parameters(next(p for p in NOTEBOOKS if p.name.startswith("05")), "demo", {}, tmp_path)
+    assert fifth["lr"] == presets.NOTEBOOKS["05"]["demo"]["lr"] != TrainSettings().lr
+    assert fifth["total_seq_len"] == TrainSettings().total_seq_len
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +85,8 @@ def test_all_notebooks_run_with_the_ci_preset(ci_run):
     assert [r.notebook for r in results] == [p.name for p in NOTEBOOKS]
     failed = [f"{r.notebook}: cell {r.failing_cell}: {r.error}" for r in results if r.status != "ok"]
     assert not failed, "\n".join(failed)
+    problems = [p for path in NOTEBOOKS for p in output_problems(out / path.name)]
+    assert not problems, "\n".join(problems)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ok"] and len(summary["notebooks"]) == len(NOTEBOOKS)
     for r in results:
@@ -77,8 +96,6 @@ def test_all_notebooks_run_with_the_ci_preset(ci_run):
 
 def test_runner_reports_a_failing_cell(tmp_path):
     """A notebook that raises is reported with its cell and error, and the run exits non-zero."""
-    import nbformat
-
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     params = nbformat.v4.new_code_cell("workdir = ''")
@@ -86,9 +103,7 @@ def test_runner_reports_a_failing_cell(tmp_path):
     nb.cells = [params, nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("raise ValueError('boom')")]
     src = tmp_path / "nbs"
     src.mkdir()
-    nbformat.write(nb, src / "01_fail.ipynb")
+    nbformat.write(nb, src / "99_fail.ipynb")  # no preset values for 99: only workdir is passed
     results = run_notebooks(tmp_path / "out", preset="ci", notebook_dir=src, progress=False)
     assert results[0].status == "failed" and results[0].failing_cell == 3 and "ValueError: boom" in results[0].error
-    from eagle3kit.cli import main
-
     assert main(["run-notebooks", "--preset", "ci", "--out", str(tmp_path / "cli"), "--only", "99"]) == 2

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 from eagle3kit.assets import ASSETS
@@ -44,3 +47,11 @@ def test_readme_commands_exist_in_makefile_and_ci():
 def test_console_script():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"eagle3kit": "eagle3kit.cli:main"}
+
+
+def test_the_console_script_answers_help():
+    script = Path(sys.executable).with_name("eagle3kit")
+    if not script.exists():
+        pytest.skip(f"{script} is not installed (pip install -e .)")
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "run-notebooks" in out and "train" in out

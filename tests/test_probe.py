@@ -8,11 +8,16 @@ import pytest
 import torch
 
 from eagle3kit import cli
-
 from eagle3kit.doctor import probe
+from eagle3kit.doctor.plots import plot_timings
+from eagle3kit.doctor.verdict import recommend
+from eagle3kit.errors import UserError
+
+
 @pytest.fixture(scope="module")
 def matrix():
-    assert not torch.cuda.is_available(), "these expectations are for a CPU-only machine"
+    if torch.cuda.is_available():
+        pytest.skip("these expectations are for a CPU-only machine (the cuda-marked tests cover a GPU)")
     return probe.probe("tiny", "cpu", seq_len=128, ttt_steps=3, progress=False,
                        extra_cells=[probe.Cell("simple_flex_attention", "forward", 130)])
 
@@ -54,10 +59,13 @@ def test_blockmask_length_error_row(matrix):
 
 
 def test_recommendation_and_chart_come_from_the_rows(matrix):
-    assert probe.recommend(matrix, training=True) in ("eager", "sdpa")
-    assert probe.recommend(matrix, training=False) in ("eager", "sdpa", "simple_flex_attention")
-    fig = probe.timing_figure(matrix)
+    assert recommend(matrix, training=True) in ("eager", "sdpa")
+    assert recommend(matrix, training=False) in ("eager", "sdpa", "simple_flex_attention")
+    fig = plot_timings(matrix)
     assert len(fig.axes[0].patches) == len(matrix)
+    failed = matrix[matrix.status != "ok"]
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert len(failed) and all(status in labels for status in failed.status)  # a failed cell shows its status
 
 
 def test_a_hanging_cell_becomes_a_timeout_row():
@@ -81,5 +89,17 @@ def test_a_worker_that_cannot_start_gives_error_rows():
 
 
 def test_unknown_or_weightless_verifier_is_refused_early():
-    with pytest.raises(ValueError, match="config-only preset"):
+    with pytest.raises(UserError, match="config-only preset"):
         probe.probe("qwen3-8b", "cpu", progress=False)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA")
+def test_probe_on_cuda_trains_with_simple_flex_and_matches_eager():
+    matrix = probe.probe("tiny", "cuda", backends=("eager", "sdpa", "simple_flex_attention"), seq_len=256,
+                         ttt_steps=3, progress=False, timeout_s=300)
+    for mode in probe.MODES:
+        flex = _row(matrix, "simple_flex_attention", mode, 256)
+        assert flex.status == "ok" and flex["mask"] == "BlockMask", matrix.to_string()
+        assert flex.max_abs_dloss < 1e-3 and flex.token_agreement >= 0.99, matrix.to_string()
+    assert recommend(matrix, training=True) in ("eager", "sdpa", "simple_flex_attention")

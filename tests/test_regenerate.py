@@ -6,10 +6,14 @@ import json
 
 import pytest
 import torch
+from datasets import load_from_disk
 
+from eagle3kit.cli import main
 from eagle3kit.data import conversations as conv
+from eagle3kit.data.dataset import build_dataset
+from eagle3kit.data.loader import held_out_conversations
+from eagle3kit.data.regenerate import regenerate
 from eagle3kit.evaluate.decode import greedy_generate
-from eagle3kit.data.regenerate import prompt_turns, regenerate
 from eagle3kit.verifier import load_model, load_tokenizer
 
 
@@ -61,10 +65,6 @@ def test_partial_with_other_settings_is_started_over(tiny_verifier, tmp_path):
 
 
 def test_build_dataset_trains_on_the_regenerated_replies(smollm2, tiny_verifier, tmp_path):
-    from datasets import load_from_disk
-
-    from eagle3kit.data.dataset import build_dataset
-
     src = tmp_path / "regen.jsonl"
     regenerate(smollm2, src, n_conversations=6, max_new_tokens=10, max_prompt_tokens=64, progress=False)  # tiny
     # shares its tokenizer
@@ -73,8 +73,6 @@ def test_build_dataset_trains_on_the_regenerated_replies(smollm2, tiny_verifier,
     assert info.n_samples == 4
     tok = load_tokenizer(tiny_verifier)
     replies = {turns[-1]["content"] for turns in conv.read_jsonl(src)}
-    from eagle3kit.data.loader import held_out_conversations
-
     held = [turns[-2]["content"] for turns in held_out_conversations(tmp_path / "data")]
     training = [tok.decode(r) for r in load_from_disk(str(tmp_path / "data"))["input_ids"]]
     assert held and not any(h in t for h in held for t in training)  # held-out prompts never trained on
@@ -88,8 +86,10 @@ def test_prompt_turns_and_bad_input(tiny_verifier, tmp_path):
     turns = [{"role": "assistant", "content": "a0"}, {"role": "system", "content": "s"},
              {"role": "user", "content": "u"},
              {"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
-    assert prompt_turns(turns) == turns[1:3]
-    assert prompt_turns([{"role": "user", "content": "  "}]) is None
+    assert conv.prompt_turns(turns) == turns[1:3]
+    assert conv.prompt_turns([{"role": "user", "content": "  "}]) is None
+    sharegpt = {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "u"}]}
+    assert conv.prompt_turns(sharegpt) == turns[1:3] and conv.prompt_turns("u") == turns[2:3]
     with pytest.raises(ValueError, match="must be >= 1"):
         regenerate(tiny_verifier, tmp_path / "x.jsonl", n_conversations=0)
     src = tmp_path / "one.jsonl"
@@ -100,8 +100,6 @@ def test_prompt_turns_and_bad_input(tiny_verifier, tmp_path):
 
 
 def test_cli_regenerate(tiny_verifier, tmp_path, capsys):
-    from eagle3kit.cli import main
-
     out = tmp_path / "r.jsonl"
     assert main(["regenerate", "--verifier", "tiny", "--out", str(out), "--n-conversations", "5",
                  "--max-new-tokens", "4"]) == 0

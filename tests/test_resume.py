@@ -7,11 +7,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from conftest import TINY_DATA_SEQ as SEQ
-from eagle3kit.train.checkpoint import OPTIMIZER_FILE, SCHEDULER_FILE, STATE_FILE
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.train.checkpoint import OPTIMIZER_FILE, SCHEDULER_FILE, STATE_FILE, CheckpointError
+from eagle3kit.train.session import TrainSession
 
 # The CLI exactly as a user runs it, in a process that kills itself right after its second complete checkpoint:
 # a deterministic stand-in for "the machine died mid-run" (no polling, no race).
@@ -41,9 +44,10 @@ def eagle3kit(*args: str, killed: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=600)
 
 
-def test_a_run_killed_after_its_second_checkpoint_resumes_bit_for_bit(tiny_data, tmp_path):
-    run = ["train", "--data", tiny_data, "--max-steps", 24, "--total-seq-len", SEQ, "--lr", "2e-3",
-           "--checkpoint-every", 4]
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_a_run_killed_after_its_second_checkpoint_resumes_bit_for_bit(tiny_data, tmp_path, optimizer):
+    run = ["train", "--data", tiny_data, "--device", "cpu", "--max-steps", 24, "--total-seq-len", SEQ, "--lr", "2e-3",
+           "--optimizer", optimizer, "--checkpoint-every", 4]
     whole = eagle3kit(*run, "--steps", 24, "--save", tmp_path / "whole")
     assert whole.returncode == 0, whole.stderr
 
@@ -57,10 +61,14 @@ def test_a_run_killed_after_its_second_checkpoint_resumes_bit_for_bit(tiny_data,
     a, b = tmp_path / "whole", tmp_path / "ck"
     wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    oa, ob = (torch.load(d / OPTIMIZER_FILE, weights_only=True)["state"] for d in (a, b))
-    assert oa.keys() == ob.keys() and all(torch.equal(oa[i][m], ob[i][m]) for i in oa for m in oa[i])
-    sa, sb = (torch.load(d / SCHEDULER_FILE, weights_only=True) for d in (a, b))
-    assert sa["_last_lr"] == sb["_last_lr"] and sa["last_epoch"] == sb["last_epoch"] == 24
+    # one state dict per optimizer (a list for Muon + AdamW, as speculators' checkpointer writes them)
+    oa, ob = ([s["state"] for s in as_list(torch.load(d / OPTIMIZER_FILE, weights_only=True))] for d in (a, b))
+    assert len(oa) == len(ob) == (1 if optimizer == "adamw" else 2)
+    for x, y in zip(oa, ob, strict=True):
+        assert x and x.keys() == y.keys() and all(torch.equal(x[i][m], y[i][m]) for i in x for m in x[i])
+    sa, sb = (as_list(torch.load(d / SCHEDULER_FILE, weights_only=True)) for d in (a, b))
+    assert [s["_last_lr"] for s in sa] == [s["_last_lr"] for s in sb]
+    assert {s["last_epoch"] for s in sa + sb} == {24}
     ha, hb = (torch.load(d / STATE_FILE, weights_only=True)["history"] for d in (a, b))
     keep = ("step", "epoch", "batch", "loss", "lr", "grad_norm")
     assert [{k: r[k] for k in keep} for r in ha] == [{k: r[k] for k in keep} for r in hb]
@@ -70,11 +78,11 @@ def test_a_run_killed_after_its_second_checkpoint_resumes_bit_for_bit(tiny_data,
     assert done.stderr.startswith("eagle3kit: The run is complete") and "--max-steps" in done.stderr
 
 
-def test_another_configuration_is_refused_in_one_sentence_naming_the_fields(tiny_data, tmp_path):
-    from eagle3kit.draft.config import DraftSpec
-    from eagle3kit.train.checkpoint import CheckpointError
-    from eagle3kit.train.session import TrainSession
+def as_list(loaded):
+    return loaded if isinstance(loaded, list) else [loaded]
 
+
+def test_another_configuration_is_refused_in_one_sentence_naming_the_fields(tiny_data, tmp_path):
     spec = DraftSpec(verifier="tiny", draft_vocab_size=512, device="cpu")
     first = TrainSession(tiny_data, spec, progress=False, total_seq_len=SEQ, lr=1e-3)
     first.run(2, checkpoint_dir=tmp_path / "ck", checkpoint_every=1)  # two checkpoints: the case that broke

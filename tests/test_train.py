@@ -8,12 +8,23 @@ from __future__ import annotations
 import json
 import math
 
+import papermill
 import pytest
 import torch
+from matplotlib.figure import Figure
+from speculators.model import SpeculatorModel
 
+from eagle3kit.cli import main
 from eagle3kit.data.loader import make_loader
-from eagle3kit.draft.config import DraftSpec, build_config
+from eagle3kit.data.manifest import DataError
+from eagle3kit.draft.config import DraftSpec, build_config, save_config, spec_from_saved
+from eagle3kit.errors import UserError
+from eagle3kit.presets import NOTEBOOKS, parameters
+from eagle3kit.runner import NOTEBOOK_DIR
+from eagle3kit.train.checkpoint import CheckpointError, read_session
 from eagle3kit.train.loop import PlainLoop
+from eagle3kit.train.plots import plot_batch, plot_metrics, plot_step
+from eagle3kit.train.session import TrainingDiverged, TrainSession
 
 from conftest import TINY_DATA_SEQ as SEQ
 from conftest import TINY_DATA_VOCAB as VOCAB
@@ -24,8 +35,6 @@ def spec(**kw) -> DraftSpec:
 
 
 def session(data, **kw):
-    from eagle3kit.train.session import TrainSession
-
     return TrainSession(data, spec(), progress=False, total_seq_len=SEQ, **kw)
 
 
@@ -49,16 +58,20 @@ def test_bfloat16_on_cpu_autocasts(tiny_data):
     exact = session(tiny_data, lr=1e-3, warmup_steps=0).step()
     s = session(tiny_data, lr=1e-3, warmup_steps=0, hidden_states_dtype="bfloat16")
     assert s.peek_batch()["hidden_states"].dtype == torch.bfloat16
-    with s._autocast():
+    with s.autocast():
         assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     fast = s.step()
     assert fast["loss"] != exact["loss"] and fast["loss"] == pytest.approx(exact["loss"], rel=0.05)
     assert all(p.dtype == torch.float32 for p in s.model.parameters())
 
 
-def test_step_equals_plain_speculators_loop(tiny_data):
-    """Two TrainSession steps == the plain loop written against speculators' forward (same batches, seed, AdamW)."""
-    s = session(tiny_data, lr=1e-3, warmup_steps=0, seed=0)
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_step_equals_plain_speculators_loop(tiny_data, optimizer):
+    """Two TrainSession steps == the plain loop written against speculators' forward (same batches, seed, and
+    speculators' optimizer: AdamW, or Muon on the 2D weights + AdamW on the rest)."""
+    s = session(tiny_data, lr=1e-3, warmup_steps=0, seed=0, optimizer=optimizer)
+    kinds = [type(o).__name__ for o in s.optimizers]
+    assert kinds == (["AdamW"] if optimizer == "adamw" else ["Muon", "AdamW"])
     records = [s.step(), s.step()]
 
     loop = PlainLoop(build_config(spec()), tiny_data, s.settings, s.total_steps)
@@ -72,13 +85,12 @@ def test_step_equals_plain_speculators_loop(tiny_data):
     assert not torch.equal(init_fc, mine["fc.weight"])  # the steps did train
 
 
-def test_resume_equals_uninterrupted_bit_for_bit(tiny_data, tmp_path):
-    from eagle3kit.train.session import TrainSession
-
-    full = session(tiny_data, lr=2e-3, warmup_steps=1, max_steps=50)
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_resume_equals_uninterrupted_bit_for_bit(tiny_data, tmp_path, optimizer):
+    full = session(tiny_data, lr=2e-3, warmup_steps=1, max_steps=50, optimizer=optimizer, muon_lr=1e-2)
     full.run(4)
 
-    first = session(tiny_data, lr=2e-3, warmup_steps=1, max_steps=50)
+    first = session(tiny_data, lr=2e-3, warmup_steps=1, max_steps=50, optimizer=optimizer, muon_lr=1e-2)
     first.run(2, checkpoint_dir=tmp_path / "ck")
     resumed = TrainSession.resume(tmp_path / "ck", progress=False)
     assert resumed.global_step == 2 and resumed.position == first.position
@@ -87,15 +99,15 @@ def test_resume_equals_uninterrupted_bit_for_bit(tiny_data, tmp_path):
     assert [r["loss"] for r in resumed.history] == [r["loss"] for r in full.history]
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    sa, sb = full.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
-    assert sa.keys() == sb.keys()
-    assert all(torch.equal(sa[i][m], sb[i][m]) for i in sa for m in sa[i])
-    assert full.scheduler.get_last_lr() == resumed.scheduler.get_last_lr()
+    assert resumed.settings.optimizer == optimizer and len(resumed.optimizers) == len(full.optimizers)
+    for opt_a, opt_b in zip(full.optimizers, resumed.optimizers, strict=True):
+        sa, sb = opt_a.state_dict()["state"], opt_b.state_dict()["state"]
+        assert sa.keys() == sb.keys() and sa
+        assert all(torch.equal(sa[i][m], sb[i][m]) for i in sa for m in sa[i])
+    assert [s.get_last_lr() for s in full.schedulers] == [s.get_last_lr() for s in resumed.schedulers]
 
 
 def test_checkpoint_is_a_speculators_model_dir(tiny_data, tmp_path):
-    from speculators.model import SpeculatorModel
-
     s = session(tiny_data, warmup_steps=0)
     s.step()
     s.save(tmp_path / "ck")
@@ -110,9 +122,6 @@ def test_checkpoint_is_a_speculators_model_dir(tiny_data, tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
-    from eagle3kit.train.checkpoint import read_session
-    from eagle3kit.train.session import TrainingDiverged, TrainSession
-
     s = session(tiny_data, warmup_steps=0)
     s.run(1, checkpoint_dir=tmp_path / "ck")
     before = {n: p.detach().clone() for n, p in s.model.named_parameters() if p.requires_grad}
@@ -131,10 +140,6 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tiny_data, tmp_path):
 
 
 def test_bad_input_is_refused_with_a_clear_message(tiny_data, tmp_path):
-    from eagle3kit.train.checkpoint import CheckpointError
-    from eagle3kit.data.manifest import DataError
-    from eagle3kit.train.session import TrainSession
-
     with pytest.raises(DataError, match="more than total_seq_len=64"):
         TrainSession(tiny_data, spec(), total_seq_len=64, progress=False)
     with pytest.raises(DataError, match="leaves none for training"):
@@ -148,33 +153,30 @@ def test_bad_input_is_refused_with_a_clear_message(tiny_data, tmp_path):
         TrainSession(tiny_data, spec(attn_implementation="simple_flex_attention"), total_seq_len=SEQ)
     with pytest.raises(TypeError, match="Unknown training setting"):
         session(tiny_data, learning_rate=1.0)
+    with pytest.raises(UserError, match=r"optimizer='sgd' is not one .* of \('adamw', 'muon'\)"):
+        session(tiny_data, optimizer="sgd")
 
     s = session(tiny_data, lr=1e-3)
     s.save(tmp_path / "ck")
     with pytest.raises(CheckpointError, match="another configuration.*lr"):
         session(tiny_data, lr=5e-4).load(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match="optimizer is 'adamw' there and 'muon' here"):
+        session(tiny_data, lr=1e-3, optimizer="muon").load(tmp_path / "ck")
     with pytest.raises(CheckpointError, match="not an eagle3kit training checkpoint"):
         s.load(tmp_path)
 
 
 def test_other_verifier_data_is_refused(tiny_data, smollm2):
-    from eagle3kit.data.manifest import DataError
-    from eagle3kit.train.session import TrainSession
-
     with pytest.raises(DataError, match="was made with verifier 'tiny'"):
         TrainSession(tiny_data, DraftSpec(verifier="smollm2", device="cpu"), total_seq_len=SEQ)
 
 
 def test_plots_return_figures(tiny_data):
-    from matplotlib.figure import Figure
-
-    from eagle3kit.train.plots import plot_batch, plot_metrics, plot_step
-
     s = session(tiny_data, warmup_steps=0)
     s.run(2)
     fig = plot_metrics(s.history)
     assert isinstance(fig, Figure) and len(fig.axes) == 3
-    assert all(len(ax.lines) == 3 for ax in fig.axes)
+    assert all(len(ax.lines) == 6 for ax in fig.axes)
     assert isinstance(plot_step(s.history[-1]), Figure)
     batch = s.peek_batch()
     assert isinstance(plot_batch(batch["document_ids"], 3, batch["loss_mask"]), Figure)
@@ -182,9 +184,6 @@ def test_plots_return_figures(tiny_data):
 
 
 def test_spec_from_saved_config_rebuilds_the_same_draft(tmp_path):
-    from eagle3kit.draft.config import save_config
-    from eagle3kit.draft.config import spec_from_saved
-
     build = build_config(verifier="tiny", device="cpu", num_layers=2, ttt_steps=4, norm_output=False,
                          full_attention_indices=[1])
     save_config(build, tmp_path / "cfg")
@@ -194,8 +193,6 @@ def test_spec_from_saved_config_rebuilds_the_same_draft(tmp_path):
 
 
 def test_cli_train_save_and_resume(tiny_data, tmp_path, capsys):
-    from eagle3kit.cli import main
-
     ck = tmp_path / "ck"
     assert main(["train", "--data", str(tiny_data), "--total-seq-len", str(SEQ), "--steps", "1", "--device", "cpu",
                  "--hidden-states-dtype", "bfloat16", "--save", str(ck)]) == 0
@@ -208,11 +205,6 @@ def test_cli_train_save_and_resume(tiny_data, tmp_path, capsys):
 
 
 def test_notebook_05_declares_every_preset_parameter():
-    import papermill
-
-    from eagle3kit.presets import NOTEBOOKS, parameters
-    from eagle3kit.runner import NOTEBOOK_DIR
-
     declared = set(papermill.inspect_notebook(str(NOTEBOOK_DIR / "05_training_step.ipynb")))
     for preset in ("ci", "demo"):
         assert set(parameters(preset, "05")) | {"workdir"} <= declared

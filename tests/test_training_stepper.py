@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 
 from eagle3kit.draft.config import DraftSpec
+from eagle3kit.train.plots import ema
+from eagle3kit.train.session import TrainSession
+from eagle3kit.train.stepper import TrainingStepper
 
 from conftest import TINY_DATA_SEQ as SEQ
 from conftest import TINY_DATA_VOCAB as VOCAB
 
 
 def stepper(data, **kw):
-    from eagle3kit.train.session import TrainSession
-    from eagle3kit.train.stepper import TrainingStepper
-
     s = TrainSession(data, DraftSpec(verifier="tiny", draft_vocab_size=VOCAB, device="cpu"), progress=False,
                      total_seq_len=SEQ, warmup_steps=0, **kw)
     return TrainingStepper(s, n=2)
@@ -49,3 +50,13 @@ def test_errors_are_shown_not_raised(tiny_data):
     ui.step_button.click()  # the run is complete: shown in the status line
     assert len(ui.session.history) == 1
     assert ui.error and "run is complete" in ui.status.value
+
+
+def test_the_metric_plot_smooths_the_history_with_an_ema(tiny_data):
+    ui = stepper(tiny_data)
+    ui.run(3, background=False)
+    losses = [r["loss_0"] for r in ui.session.history]
+    drawn = {line.get_label(): line for line in ui.metrics_figure().axes[0].get_lines()}
+    np.testing.assert_array_equal(drawn["_TTT step 0 raw"].get_ydata(), losses)
+    np.testing.assert_allclose(drawn["TTT step 0"].get_ydata(), ema(losses))
+    assert ema(losses)[1] != losses[1]  # the plot really smooths: not the raw values again

@@ -8,12 +8,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eagle3kit.train import launch
 from eagle3kit.draft.config import build_config
 from eagle3kit.draft.model import build_for_data
+from eagle3kit.draft.warm_start import resolve_layer, warm_start
+from eagle3kit.train import launch
 from eagle3kit.train.session import TrainSession, TrainSettings
 from eagle3kit.verifier import load_model
-from eagle3kit.draft.warm_start import resolve_layer, warm_start
 
 from conftest import TINY_DATA_SEQ as SEQ
 from conftest import TINY_DATA_VOCAB as VOCAB

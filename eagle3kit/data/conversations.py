@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from eagle3kit.errors import UserError
+from speculators.data_generation.preprocessing import _normalize_conversation
+
 from eagle3kit.assets import asset_file
+from eagle3kit.atomic import write_text
+from eagle3kit.errors import UserError
 
 HELD_OUT = "held_out.jsonl"  # conversations a data directory keeps out of training
 SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
@@ -28,6 +31,7 @@ class ConversationError(UserError):
 
 
 Turns = list[dict]
+Conversation = str | dict | Turns  # a plain user text, a record with "conversations"/"messages", or a list of turns
 
 
 # ----------------------------------------------------------------------------------------------- reading
@@ -94,14 +98,32 @@ def read_jsonl(path: str | os.PathLike) -> list[Turns]:
     return out
 
 
-def normalize(turns: Turns) -> Turns:
-    """Role/content turns (speculators' normaliser), without trailing non-assistant turns."""
-    from speculators.data_generation.preprocessing import _normalize_conversation
+def turns_of(conversation: Conversation) -> Turns:
+    """Role/content turns (speculators' normaliser: ShareGPT ``from``/``value`` or ``role``/``content``) of a list of
+    turns, a record holding them under ``conversations``/``messages``, or a plain string (one user turn)."""
+    if isinstance(conversation, str):
+        return [{"role": "user", "content": conversation}]
+    if isinstance(conversation, dict):
+        conversation = conversation.get("conversations") or conversation.get("messages") or []
+    return [{"role": t["role"], "content": t["content"]} for t in _normalize_conversation(list(conversation))]
 
-    norm = [{"role": t["role"], "content": t["content"]} for t in _normalize_conversation(list(turns))]
+
+def normalize(turns: Turns) -> Turns:
+    """Role/content turns (:func:`turns_of`), without trailing non-assistant turns."""
+    norm = turns_of(turns)
     while norm and norm[-1]["role"] != "assistant":
         norm.pop()
     return norm
+
+
+def prompt_turns(conversation: Conversation) -> Turns | None:
+    """The prompt of a conversation: the system turns before its first user turn, and that user turn (None when it
+    has no user text). Assistant turns before the first user turn (ShareGPT has some) answer nothing: left out."""
+    turns = turns_of(conversation)
+    for j, t in enumerate(turns):
+        if t["role"] == "user":
+            return [*(x for x in turns[:j] if x["role"] == "system"), t] if t["content"].strip() else None
+    return None
 
 
 def usable(turns: Turns) -> bool:
@@ -178,8 +200,6 @@ def masked_text(tokenizer, input_ids: list[int], loss_mask: list[int]) -> list[s
 
 def write_jsonl(path: str | os.PathLike, conversations: list[Turns]) -> None:
     """Write conversations as ``{"messages": [...]}`` lines, atomically."""
-    from eagle3kit.atomic import write_text
-
     write_text(path, "".join(json.dumps({"messages": c}, ensure_ascii=False) + "\n" for c in conversations))
 
 

@@ -70,12 +70,18 @@ class DatasetInfo:
     assistant_tokens: int
     counts: dict = field(default_factory=dict)  # skipped_unusable, dropped_empty, truncated
     files: dict = field(default_factory=dict)  # written, skipped, remade
+    remade: dict = field(default_factory=dict)  # {hidden-state file: why it was made again}
     tokens_per_s: float | None = None
     draft_vocab_size: int | None = None
     coverage: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def input_id_rows(data_dir: str | os.PathLike) -> list[list[int]]:
+    """Every row's ``input_ids`` as plain lists (read without the torch format: about 100x faster)."""
+    return load_from_disk(str(data_dir)).with_format(None)["input_ids"]
 
 
 # ----------------------------------------------------------------------------------------------- building
@@ -188,8 +194,8 @@ def build_dataset(
                    if manifest["request"].get(k) != val}
         if changed:
             what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
-            raise DataError(f"{out} was made with other settings ({what}); pass overwrite=True to rebuild it "
-                            "or choose another out_dir.")
+            raise DataError(f"{out} was made with other settings ({what}); pass --overwrite (overwrite=True) to "
+                            "rebuild it, or choose another --out.")
     elif out.exists() and not _only_ours(out):
         raise DataError(f"{out} is not empty and has no {MANIFEST}; choose an empty or new out_dir.")
     elif out.exists():
@@ -201,10 +207,10 @@ def build_dataset(
                     "tokenized": True, "complete": False, "counts": counts}
         write_text(out / MANIFEST, json.dumps(manifest, indent=2))
 
-    samples = [row.tolist() for row in load_from_disk(str(out))["input_ids"]]
+    samples = input_id_rows(out)
     hs_dir = out / "hidden_states"
     hs.remove_partial(hs_dir)
-    state = hs.scan(hs_dir, samples, len(aux) + 1, text.hidden_size, full=True)
+    state = hs.scan(hs_dir, samples, len(aux) + 1, text.hidden_size)
     for i in state["bad"]:
         hs.hs_path(hs_dir, i).unlink(missing_ok=True)
     stats = {"written": 0, "tokens_per_s": manifest.get("extraction", {}).get("tokens_per_s")}
@@ -229,5 +235,6 @@ def build_dataset(
         assistant_tokens=c["assistant_tokens"],
         counts={k: c[k] for k in ("skipped_unusable", "dropped_empty", "truncated")},
         files={"written": stats["written"], "skipped": len(state["done"]), "remade": len(state["bad"])},
+        remade={str(hs.hs_path(hs_dir, i)): why for i, why in sorted(state["bad"].items())},
         tokens_per_s=stats.get("tokens_per_s"), draft_vocab_size=draft_vocab_size, coverage=cov,
     )

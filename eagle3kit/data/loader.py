@@ -1,7 +1,7 @@
 """Reading a data directory made by :func:`eagle3kit.data.dataset.build_dataset`: packed batches, held-out prompts.
 
 ``make_loader`` packs batches as ``speculators train`` does (``ArrowDataset`` -> multipack sampler ->
-``CollateFn(shift_batch)``); ``check_files`` names every hidden-state file that is missing or bad.
+``CollateFn(shift_batch)``), after :func:`eagle3kit.data.health.require_healthy` checked every hidden-state file.
 """
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ import os
 from pathlib import Path
 
 import torch
-from datasets import load_from_disk
 from speculators.models.eagle3.data import shift_batch
 from speculators.train.data import ArrowDataset, CollateFn
 from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
 from torch.utils.data import DataLoader
 
 from eagle3kit.data import conversations as conv
-from eagle3kit.data import hidden_states as hs
 from eagle3kit.data.dataset import build_dataset
+from eagle3kit.data.health import remake_command, require_healthy
 from eagle3kit.data.manifest import DataError, check_compatible, read_manifest, require_manifest
 from eagle3kit.data.vocab import load_mapping
 from eagle3kit.verifier import Verifier
+
 
 def load_vocab_mapping(data_dir: str | os.PathLike, draft_vocab_size: int | None
                        ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -37,26 +37,9 @@ def held_out_conversations(data_dir: str | os.PathLike) -> list[list[dict]]:
 
 
 def held_out_prompts(data_dir: str | os.PathLike) -> list[list[dict]]:
-    """Each held-out conversation up to its first assistant reply (render with ``add_generation_prompt=True``)."""
-    out = []
-    for turns in held_out_conversations(data_dir):
-        j = next(j for j, t in enumerate(turns) if t["role"] == "assistant" and j > 0)
-        out.append(turns[:j])
-    return out
-
-
-def check_files(data_dir: str | os.PathLike, full: bool = False) -> None:
-    """Raise when a hidden-state file is missing or bad (``full`` also loads each: NaN, token ids)."""
-    m = require_manifest(data_dir)
-    samples = [row.tolist() for row in load_from_disk(str(data_dir))["input_ids"]]
-    state = hs.scan(Path(data_dir) / "hidden_states", samples, len(m["aux_layer_ids"]) + 1,
-                    m["verifier"]["hidden_size"], full=full)
-    problems = [f"hs_{i}: missing" for i in state["missing"] if i not in state["bad"]]
-    problems += [f"hs_{i}: {why}" for i, why in sorted(state["bad"].items())]
-    if problems:
-        shown = "; ".join(problems[:5]) + (f"; ... ({len(problems)} in all)" if len(problems) > 5 else "")
-        raise DataError(f"{data_dir} has unusable hidden-state files ({shown}); run build_dataset again with the "
-                        "same settings to make them again.")
+    """The prompt of each held-out conversation (:func:`~eagle3kit.data.conversations.prompt_turns`; render it with
+    ``add_generation_prompt=True``)."""
+    return [p for p in map(conv.prompt_turns, held_out_conversations(data_dir)) if p]
 
 
 def load_dataset(data_dir: str | os.PathLike, max_len: int, hidden_states_dtype: torch.dtype = torch.float32,
@@ -86,9 +69,10 @@ def make_loader(
     """
     m = check_compatible(data_dir, verifier, aux_layer_ids)
     if not m.get("complete"):
-        raise DataError(f"{data_dir} is incomplete (extraction was interrupted); run build_dataset again to finish it.")
+        raise DataError(f"{data_dir} is incomplete (extraction was interrupted); finish it with: "
+                        f"{remake_command(data_dir)}")
     if check:
-        check_files(data_dir, full=False)
+        require_healthy(data_dir)
     dataset = load_dataset(data_dir, total_seq_len, hidden_states_dtype, train_ratio, split)
     sampler = MultipackDistributedBatchSamplerV2(batch_max_length=total_seq_len, lengths=dataset.approx_lengths,
                                                  num_replicas=1, rank=0, seed=seed, max_batches=max_batches)

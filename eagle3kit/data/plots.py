@@ -12,6 +12,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
+from safetensors.torch import load_file
+
+from eagle3kit.data.manifest import read_manifest
 
 
 def mask_html(tokenizer, input_ids: list[int], loss_mask: list[int], max_tokens: int = 400) -> str:
@@ -27,10 +30,6 @@ def mask_html(tokenizer, input_ids: list[int], loss_mask: list[int], max_tokens:
 
 def hidden_state_norms(data_dir: str | os.PathLike, n_samples: int = 4) -> pd.DataFrame:
     """Per stored state (aux layers, then the pre-norm last state): L2 norm per token, summarised over samples."""
-    from safetensors.torch import load_file
-
-    from eagle3kit.data.manifest import read_manifest
-
     m = read_manifest(data_dir)
     names = [f"aux layer {i}" for i in m["aux_layer_ids"]] + ["last (pre-norm)"]
     paths = sorted((Path(data_dir) / "hidden_states").glob("hs_*.safetensors"), key=lambda p: int(p.stem[3:]))
@@ -43,10 +42,6 @@ def hidden_state_norms(data_dir: str | os.PathLike, n_samples: int = 4) -> pd.Da
 
 def plot_hidden_state_norms(data_dir: str | os.PathLike, sample: int = 0) -> Figure:
     """L2 norm of each stored state along the positions of one sample (log scale)."""
-    from safetensors.torch import load_file
-
-    from eagle3kit.data.manifest import read_manifest
-
     m = read_manifest(data_dir)
     names = [f"aux layer {i}" for i in m["aux_layer_ids"]] + ["last (pre-norm)"]
     h = load_file(str(Path(data_dir) / "hidden_states" / f"hs_{sample}.safetensors"))["hidden_states"].float()

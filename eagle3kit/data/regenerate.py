@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
-from eagle3kit.data import conversations as conv
 from eagle3kit.atomic import write_text
+from eagle3kit.data import conversations as conv
+from eagle3kit.draft.config import resolve_device
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
 
@@ -35,17 +37,6 @@ class RegenInfo:
     tokens_per_s: float | None
     resumed: int  # conversations taken over from an interrupted run
     empty: int  # prompts the verifier answered with nothing at once (left out)
-
-
-def prompt_turns(turns: conv.Turns) -> conv.Turns | None:
-    """The system turns before the first user turn, and that user turn (None when there is no user text).
-
-    Assistant turns before the first user turn (ShareGPT has some) are left out: they answer nothing."""
-    for j, t in enumerate(turns):
-        if t["role"] == "user":
-            head = [dict(x) for x in turns[:j] if x["role"] == "system"]
-            return [*head, dict(t)] if t["content"].strip() else None
-    return None
 
 
 def regenerate(
@@ -61,10 +52,6 @@ def regenerate(
     progress: bool = True,
 ) -> RegenInfo:
     """Write ``n_conversations`` conversations whose reply is the verifier's greedy answer (resumable)."""
-    from tqdm.auto import tqdm
-
-    from eagle3kit.draft.config import resolve_device
-
     if n_conversations < 1 or max_new_tokens < 1 or max_prompt_tokens < 1 or batch_size < 1:
         raise ValueError("n_conversations, max_new_tokens, max_prompt_tokens and batch_size must be >= 1.")
     v = resolve(verifier)
@@ -78,7 +65,7 @@ def regenerate(
         if done and done[0].get("settings") == settings:
             return RegenInfo(str(out), len(done), 0, 0.0, None, len(done), 0)
     tokenizer = load_tokenizer(v)
-    prompts = _prompts(tokenizer, source, seed, n_conversations, max_prompt_tokens)
+    prompts = distinct_prompts(tokenizer, source, seed, n_conversations, max_prompt_tokens)
     records = _resume(partial, settings)
     resumed = len(records)
     todo = [i for i in range(len(prompts)) if i not in records]
@@ -116,14 +103,15 @@ def regenerate(
                      round(n_tokens / seconds, 1) if seconds else None, resumed, len(prompts) - len(kept))
 
 
-def _prompts(tokenizer, source, seed: int, n: int, max_prompt_tokens: int) -> list[tuple[conv.Turns, list[int]]]:
+def distinct_prompts(tokenizer, source: str | os.PathLike | None, seed: int, n: int, max_prompt_tokens: int
+                     ) -> list[tuple[conv.Turns, list[int]]]:
     """(prompt turns, chat-template ids with the generation prompt) for the first ``n`` usable conversations.
 
     A prompt seen before is skipped: its greedy reply would be the same, so a copy in the held-out part would be a
     training sample ("continue", "hi" and some questions occur several times in ShareGPT)."""
     out, seen = [], set()
     for turns in conv.ordered(conv.read(source), seed):
-        head = prompt_turns(turns)
+        head = conv.prompt_turns(turns)
         if head is None:
             continue
         ids = tokenizer(head[-1]["content"], add_special_tokens=False)["input_ids"]

@@ -73,7 +73,8 @@ def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 
     t2d, d2t = load_mapping(data_dir, draft_vocab_size, v.text_config.vocab_size)
     paths = sorted((Path(data_dir) / "hidden_states").glob("hs_*.safetensors"), key=lambda p: int(p.stem[3:]))
     if not paths:
-        raise DataError(f"{data_dir}/hidden_states holds no hs_*.safetensors files; run build_dataset first.")
+        raise DataError(f"{data_dir}/hidden_states holds no hs_*.safetensors files; make the data with "
+                        "`eagle3kit data --out DIR`.")
     files = [load_file(str(p)) for p in paths[:n_samples]]
     targets = speculators_targets(v, aux, t2d, d2t)
     logits = verifier_logits(v, [f["token_ids"] for f in files], t2d)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution, save_token_frequency_distribution
 
 from eagle3kit.atomic import atomic_file
 
@@ -21,8 +22,6 @@ def token_freq_path(data_dir: str | os.PathLike) -> Path:
 
 def save_token_freq(dataset, data_dir: str | os.PathLike) -> Path:
     """Count assistant tokens (loss_mask == 1) with speculators' counter; written atomically."""
-    from speculators.train.vocab_mapping import save_token_frequency_distribution
-
     target = token_freq_path(data_dir)
     with atomic_file(target) as tmp:
         tmp.unlink()  # speculators reuses an existing file without recounting
@@ -51,8 +50,6 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
 def build_mapping(data_dir: str | os.PathLike, draft_vocab_size: int, target_vocab_size: int
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Make (t2d, d2t) from ``token_freq.pt`` with speculators' function and save both .npy files."""
-    from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
-
     if not 0 < draft_vocab_size <= target_vocab_size:
         raise ValueError(
             f"draft_vocab_size={draft_vocab_size} must be in 1..{target_vocab_size} (the verifier's vocab)."

@@ -1,7 +1,11 @@
 """Stage 02 — the doctor: each integration mistake, why, and its fix; the crash-isolated probe (notebook 02).
 
-``checks``        ``check(subject)`` -> findings; ``check_data_dir``
-``findings``      :class:`Finding` and its table / terminal renderings
-``facts``         what a draft config, build or model says about attention (set value, resolution, mask kind)
-``probe``         the measured backend matrix, each cell in a subprocess (``probe_worker`` runs there)
+``checks``            ``check(subject)`` -> findings (every check guarded); ``check_data_dir``
+``attention_checks``  mask kind vs backend, flex on CPU, BlockMask length, fused loss; ``SET_ATTN``, ``CONSUMES``
+``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch
+``findings``          :class:`Finding` and its table / terminal renderings
+``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
+``probe``             the measured backend matrix, each cell in a subprocess (``probe_worker`` runs there)
+``verdict``           what the matrix concludes: ``recommend``, notebook 02's ``story`` table
+``plots``             ``plot_timings(matrix)`` -> Figure
 """

@@ -7,37 +7,42 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+from torch.nn.attention.flex_attention import BlockMask
+from transformers import AutoConfig
 
+from eagle3kit.draft.config import DraftBuild
 from eagle3kit.masks.eagle_mask import BLOCK
+from eagle3kit.verifier import Verifier
 
 
 @dataclass
-class _Subject:
-    config: object  # Eagle3SpeculatorConfig
-    model: torch.nn.Module | None
-    verifier_text: object | None  # the verifier's decoder config, when it can be found
+class DoctorSubject:
+    """What the doctor examines, whatever it was handed: the draft config, the model if any, the verifier if found."""
+
+    config: Eagle3SpeculatorConfig
+    model: Eagle3DraftModel | None
+    verifier: Verifier | None  # None when the config's verifier cannot be read locally
 
 
-def _subject(obj) -> _Subject:
-    from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-
-    from eagle3kit.draft.config import DraftBuild
-
+def doctor_subject(obj) -> DoctorSubject:
+    """An ``Eagle3SpeculatorConfig``, ``DraftBuild`` or ``Eagle3DraftModel`` as a :class:`DoctorSubject`."""
+    if isinstance(obj, DoctorSubject):
+        return obj
     if isinstance(obj, DraftBuild):
-        return _Subject(obj.config, None, obj.verifier.text_config)
+        return DoctorSubject(obj.config, None, obj.verifier)
     if isinstance(obj, Eagle3DraftModel):
-        return _Subject(obj.config, obj, _verifier_text(obj.config))
+        return DoctorSubject(obj.config, obj, local_verifier(obj.config))
     if isinstance(obj, Eagle3SpeculatorConfig):
-        return _Subject(obj, None, _verifier_text(obj))
+        return DoctorSubject(obj, None, local_verifier(obj))
     raise TypeError(f"got {type(obj).__name__}")
 
 
-def _verifier_text(config):
-    """The verifier's decoder config from the draft config's verifier path, or None when it cannot be read."""
-    from transformers import AutoConfig
-
+def local_verifier(config: Eagle3SpeculatorConfig) -> Verifier | None:
+    """The verifier named in the draft config, when its config can be read without the network; else None."""
     path = config.speculators_config.verifier.name_or_path
     if path is None:
         return None
@@ -45,17 +50,27 @@ def _verifier_text(config):
         cfg = AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception:
         return None
-    return getattr(cfg, "text_config", None) or cfg
+    return Verifier(Path(path).name, str(path), cfg, "local" if Path(path).is_dir() else "hub")
 
 
-def _ttt_steps(config) -> int:
+def draft_ttt_steps(config: Eagle3SpeculatorConfig) -> int:
+    """The TTT steps (draft tokens per round) the config's proposal method asks for."""
     return int(config.speculators_config.proposal_methods[0].speculative_tokens)
 
 
-def mask_kind_of(model) -> str:
-    """Build a 128-token EAGLE-3 mask with the model's own mask function and name its kind."""
-    from eagle3kit.doctor.probe_worker import mask_kind
+def mask_kind(mask) -> str:
+    """Name the kind of attention mask speculators built: BlockMask, bool dense or float additive."""
+    if isinstance(mask, BlockMask):
+        return "BlockMask"
+    if isinstance(mask, torch.Tensor):
+        if mask.dtype == torch.bool:
+            return "bool dense"
+        return "float additive" if mask.is_floating_point() else "int dense"
+    return type(mask).__name__
 
+
+def mask_kind_of(model: Eagle3DraftModel) -> str:
+    """Build a 128-token EAGLE-3 mask with the model's own mask function and name its kind."""
     doc = torch.zeros(BLOCK, dtype=torch.long)
     return mask_kind(model._build_attn_mask(doc, BLOCK, "cpu"))  # noqa: SLF001
 
@@ -66,12 +81,10 @@ def attention_facts(subject) -> dict:
     ``subject``: an Eagle3SpeculatorConfig, DraftBuild or Eagle3DraftModel. A config is built on the meta device
     (no memory) from a copy, so that speculators' own ``__init__`` does the resolving.
     """
-    s = subject if isinstance(subject, _Subject) else _subject(subject)
+    s = doctor_subject(subject)
     set_value = s.config.transformer_layer_config._attn_implementation  # noqa: SLF001
     model = s.model
     if model is None:
-        from speculators.models.eagle3 import Eagle3DraftModel
-
         with torch.device("meta"):
             model = Eagle3DraftModel(copy.deepcopy(s.config))
     layer_cfg = model.layers[0].self_attn.config
@@ -79,7 +92,7 @@ def attention_facts(subject) -> dict:
             "backend": layer_cfg._attn_implementation, "mask": mask_kind_of(model)}  # noqa: SLF001
 
 
-def with_attention(config, implementation: str | None):
+def with_attention(config: Eagle3SpeculatorConfig, implementation: str | None) -> Eagle3SpeculatorConfig:
     """A deep copy of a draft config whose layers use ``implementation`` (None: unset, as a hand-built config)."""
     out = copy.deepcopy(config)
     out.transformer_layer_config._attn_implementation = implementation  # noqa: SLF001

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import asdict, dataclass
 
 import pandas as pd
+
+from eagle3kit.tables import INDENT, format_table, terminal_width
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -19,7 +22,7 @@ class Finding:
 
 
 def to_frame(findings: list[Finding]) -> pd.DataFrame:
-    """Findings as a table, errors first (renders in notebooks; ``.to_string()`` in terminals)."""
+    """Findings as a table, errors first (renders in notebooks; :func:`findings_table` in terminals)."""
     df = pd.DataFrame([asdict(f) for f in findings], columns=["severity", "check", "what", "why", "fix"])
     return df.sort_values("severity", key=lambda s: s.map(SEVERITIES.index), kind="stable").reset_index(drop=True)
 
@@ -28,11 +31,26 @@ def has_errors(findings: list[Finding]) -> bool:
     return any(f.severity == "error" for f in findings)
 
 
-def format_findings(findings: list[Finding]) -> str:
-    """A terminal rendering: one block per finding."""
+def format_findings(findings: list[Finding], width: int | None = None) -> str:
+    """A terminal rendering: one block per finding, wrapped to ``width`` characters (None: unwrapped)."""
     if not findings:
         return "no findings"
     out = []
     for f in to_frame(findings).itertuples():
-        out.append(f"[{f.severity.upper()}] {f.what}\n    why: {f.why}" + (f"\n    fix: {f.fix}" if f.fix else ""))
+        parts = [(f"[{f.severity.upper()}] ", f.what), (f"{INDENT}why: ", f.why)]
+        if f.fix:
+            parts.append((f"{INDENT}fix: ", f.fix))
+        for head, text in parts:
+            out.append(head + text if width is None else
+                       textwrap.fill(text, width, initial_indent=head, subsequent_indent=INDENT * 2,
+                                     break_on_hyphens=False))
     return "\n".join(out)
+
+
+def findings_table(findings: list[Finding], width: int | None = None) -> str:
+    """The findings as a table no wider than ``width`` (default: the terminal's), text columns wrapped; one block
+    per finding when even wrapped columns do not fit."""
+    if not findings:
+        return "no findings"
+    width = width or terminal_width()
+    return format_table(to_frame(findings), width, fallback=lambda _df, w: format_findings(findings, w))

@@ -3,7 +3,8 @@
 A segfault, an exception or a hang becomes a row (``crashed``, ``error``, ``timeout``) instead of a dead kernel. The
 worker (``probe_worker``) runs the cells it is given in order and reports each; when it dies or hangs,
 the cell in flight gets the row and a fresh worker takes the remaining cells. Nothing here is written in advance:
-every value comes from running speculators' ``Eagle3DraftModel`` on this machine.
+every value comes from running speculators' ``Eagle3DraftModel`` on this machine. Reading the matrix:
+:mod:`eagle3kit.doctor.verdict` (recommendation, story table) and :mod:`eagle3kit.doctor.plots` (timings).
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from tqdm.auto import tqdm
+
+from eagle3kit.draft.config import resolve_device
+from eagle3kit.errors import UserError
+from eagle3kit.verifier import resolve
 
 BACKENDS = ("eager", "sdpa", "simple_flex_attention", "flex_attention")
 MODES = ("forward", "forward+backward")
@@ -78,8 +84,6 @@ def run_cells(cells: list[Cell], verifier: str = "tiny", device: str = "cpu", se
 
     ``draft_vocab_size`` shrinks the draft's vocab (first N token ids) to make each step cheaper.
     """
-    from tqdm.auto import tqdm
-
     workdir = Path(tempfile.mkdtemp(prefix="eagle3kit-probe-"))
     spec = {"verifier": verifier, "device": device, "seed": seed, "weights": str(workdir / "weights.pt"),
             "threads": threads or min(2, os.cpu_count() or 1), "cells": [c.spec() for c in cells],
@@ -182,12 +186,9 @@ def probe(verifier: str = "tiny", device: str = "auto", backends=BACKENDS, modes
     ``repeats``: steps timed per cell (median); loss and tokens come from the first. ``draft_vocab_size``: a smaller
     draft vocab (first N ids) makes every step cheaper without touching attention.
     """
-    from eagle3kit.draft.config import resolve_device
-    from eagle3kit.verifier import resolve
-
     device = resolve_device(device)
     if not resolve(verifier).has_weights:  # fail early, in this process, with the verifier's own message
-        raise ValueError(f"verifier {verifier!r} is a config-only preset; the probe runs real steps: use 'tiny', "
+        raise UserError(f"verifier {verifier!r} is a config-only preset; the probe runs real steps: use 'tiny', "
                          "'smollm2' or a local HF directory.")
     cells = matrix_cells(backends, modes, seq_len, ttt_steps, repeats) + list(extra_cells or [])
     results = run_cells(cells, verifier, device, seed, timeout_s, isolate_each=isolate_each,
@@ -212,64 +213,3 @@ def compare(cells: list[Cell], results: dict[int, dict]) -> pd.DataFrame:
             row["token_agreement"] = sum(a == b for a, b in pairs) / len(pairs)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def timing_figure(matrix: pd.DataFrame):
-    """Horizontal bars of seconds per cell; failed cells are labelled with their status instead of a bar."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8, 0.9 + 0.32 * len(matrix)))
-    ax = fig.subplots()
-    first_len = matrix.seq_len.iloc[0]
-    labels = [f"{r.backend} · {r.mode}" + (f" · {r.seq_len} tok" if r.seq_len != first_len else "")
-              for r in matrix.itertuples()]
-    secs = [r.seconds if r.status == "ok" else 0.0 for r in matrix.itertuples()]
-    ys = range(len(matrix))[::-1]
-    ax.barh(list(ys), secs, color=["tab:green" if r.status == "ok" else "tab:red" for r in matrix.itertuples()])
-    for y, r in zip(ys, matrix.itertuples(), strict=True):
-        text = f"{r.seconds:.2f}s" if r.status == "ok" else r.status
-        ax.text(max(secs) * 0.01 + (r.seconds if r.status == "ok" else 0), y, text, va="center", fontsize=8,
-                color="black" if r.status == "ok" else "tab:red")
-    ax.set_yticks(list(ys), labels, fontsize=8)
-    ax.set_xlabel("seconds per draft step (median)")
-    ax.set_xlim(0, max(secs + [1e-3]) * 1.2)
-    ax.set_title("Attention backends on this device (green: ran; red label: failed)")
-    fig.tight_layout()
-    return fig
-
-
-def recommend(matrix: pd.DataFrame, training: bool = True) -> str | None:
-    """The fastest backend whose cells (with gradients when ``training``) ran and matched eager; None if none did."""
-    mode = "forward+backward" if training else "forward"
-    first_len = matrix.seq_len.iloc[0]
-    rows = matrix[(matrix["mode"] == mode) & (matrix.seq_len == first_len) & (matrix.status == "ok")]
-    good = rows[(rows.backend == "eager") | ((rows.max_abs_dloss.fillna(1.0) < 1e-4)
-                                             & (rows.token_agreement.fillna(0.0) >= 0.999))]
-    good = good[good.backend != "unset"]
-    return None if good.empty else str(good.sort_values("seconds").iloc[0].backend)
-
-
-def story(configs: dict[str, object], matrix: pd.DataFrame, device: str = "cpu", seq_len: int | None = None,
-          backend_of: dict[str, str] | None = None) -> pd.DataFrame:
-    """Per attention setting: what speculators resolves it to, the mask it builds, the probe's outcome, the doctor's.
-
-    ``configs`` maps a label to a draft config; ``backend_of`` maps a label to its probe backend (default: the label).
-    """
-    from eagle3kit.doctor import checks as doctor
-    rows = []
-    for label, config in configs.items():
-        facts = doctor.attention_facts(config)
-        findings = doctor.check(config, device=device, training=True, loss="eager", seq_len=seq_len)
-        backend = (backend_of or {}).get(label, label)
-        row = {"setting": label, "resolves to": facts["resolved"], "mask built": facts["mask"],
-               "backend consumes": ", ".join(sorted(doctor.CONSUMES.get(facts["backend"], {"?"})))}
-        for mode in MODES:
-            cell = matrix[(matrix.backend == backend) & (matrix["mode"] == mode)]
-            if seq_len is not None:
-                cell = cell[cell.seq_len == seq_len]
-            row[mode] = "not probed" if cell.empty else (
-                "ok" if cell.iloc[0].status == "ok" else f"{cell.iloc[0].status}: {cell.iloc[0].error}")
-        errors = [f.what for f in findings if f.severity == "error"]
-        row["doctor"] = "; ".join(errors) if errors else "no errors"
-        rows.append(row)
-    return pd.DataFrame(rows)

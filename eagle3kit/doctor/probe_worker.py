@@ -17,6 +17,14 @@ import sys
 import time
 import warnings
 
+import torch
+from speculators.losses import resolve_loss_config
+from speculators.models.eagle3 import Eagle3DraftModel
+
+from eagle3kit.doctor.facts import mask_kind
+from eagle3kit.draft.config import DraftBuild, build_config
+from eagle3kit.draft.model import build_model
+
 
 def _emit(out, **event) -> None:
     out.write(json.dumps(event) + "\n")
@@ -25,8 +33,6 @@ def _emit(out, **event) -> None:
 
 def make_batch(seq_len: int, n_aux: int, hidden: int, vocab: int, seed: int, device: str) -> dict:
     """A packed batch like speculators' collate output: two documents plus 8 padding positions, batch dim 1."""
-    import torch
-
     g = torch.Generator().manual_seed(seed + seq_len)
     pad = min(8, seq_len // 4)
     first = (seq_len - pad) * 3 // 5
@@ -41,20 +47,6 @@ def make_batch(seq_len: int, n_aux: int, hidden: int, vocab: int, seed: int, dev
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def mask_kind(mask) -> str:
-    """Name the kind of attention mask speculators built: BlockMask, bool dense or float additive."""
-    import torch
-    from torch.nn.attention.flex_attention import BlockMask
-
-    if isinstance(mask, BlockMask):
-        return "BlockMask"
-    if isinstance(mask, torch.Tensor):
-        if mask.dtype == torch.bool:
-            return "bool dense"
-        return "float additive" if mask.is_floating_point() else "int dense"
-    return type(mask).__name__
-
-
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     line = f"{type(exc).__name__}: {text[0] if text else ''}".strip()
@@ -67,9 +59,6 @@ def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: st
 
     ``note`` is called with the resolved backend and mask kind before the step, so that a crash still reports them.
     """
-    import torch
-    from speculators.models.eagle3 import Eagle3DraftModel
-
     config = copy.deepcopy(build.config)
     backend = cell["backend"]
     config.transformer_layer_config._attn_implementation = None if backend == "unset" else backend  # noqa: SLF001
@@ -98,10 +87,8 @@ def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: st
     row["seconds"] = sorted(times)[len(times) // 2]  # median
 
 
-def _first_tokens_mapping(build):
+def first_tokens_mapping(build: DraftBuild) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """t2d/d2t for a reduced draft vocab (the first N token ids): attention does not depend on which tokens."""
-    import torch
-
     vocab, draft = build.verifier.text_config.vocab_size, build.config.draft_vocab_size
     if draft == vocab:
         return None, None
@@ -114,24 +101,17 @@ def main(spec_path: str, results_path: str) -> int:
     with open(spec_path) as f:
         spec = json.load(f)
     with open(results_path, "a") as out:
-        _emit(out, event="importing", pid=os.getpid())
-        import torch
-
+        _emit(out, event="building", pid=os.getpid())
         torch.set_num_threads(spec.get("threads", 2))
+        # a stray print must not end up as the last log line, which the parent quotes when startup fails
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            from speculators.losses import resolve_loss_config
-
-            from eagle3kit.draft.config import build_config
-
-            from eagle3kit.draft.model import build_model
-
             build = build_config(verifier=spec["verifier"], attn_implementation="eager", device=spec["device"],
                                  ttt_steps=max(c["ttt_steps"] for c in spec["cells"]),
                                  draft_vocab_size=spec.get("draft_vocab_size"))
             torch.manual_seed(spec["seed"])
             # verifier-owned weights come from the verifier, the same in every process
-            draft = build_model(build, *_first_tokens_mapping(build))
+            draft = build_model(build, *first_tokens_mapping(build))
             weights = spec["weights"]  # the trainable ones from the first worker's file, so all cells share them
             if os.path.exists(weights):
                 draft.load_state_dict(torch.load(weights, map_location="cpu"), strict=False)

@@ -64,6 +64,6 @@ def save_draft(model: Eagle3DraftModel, out_dir: str | os.PathLike, dtype: str =
         raise ValueError("The draft has a reduced vocabulary but no d2t/t2d; load them with "
                          "draft.load_vocab_mappings(t2d, d2t) before saving.")
     twin = copy.deepcopy(model).to(getattr(torch, dtype))
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir) as tmp, quiet():
         twin.save_pretrained(tmp)
     return Path(out_dir)

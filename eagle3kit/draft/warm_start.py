@@ -14,8 +14,10 @@ Measured on SmolLM2-135M with the demo recipe (400 steps, 2 CPU cores): see ``be
 from __future__ import annotations
 
 import torch
+from speculators.utils.loading import load_model_layers
 
 from eagle3kit.draft.config import DraftBuild
+from eagle3kit.errors import UserError
 
 _LAYER_TENSORS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm")
@@ -25,20 +27,18 @@ def resolve_layer(layer: int, n_layers: int) -> int:
     """``layer`` as a verifier layer index (negative counts from the end: -1 is the last layer)."""
     index = layer + n_layers if layer < 0 else layer
     if not 0 <= index < n_layers:
-        raise ValueError(f"warm_start_layer={layer}: the verifier has {n_layers} decoder layers "
+        raise UserError(f"warm_start_layer={layer}: the verifier has {n_layers} decoder layers "
                          f"(use 0..{n_layers - 1}, or -1 for the last).")
     return index
 
 
 def verifier_layer_weights(build: DraftBuild, layer: int) -> dict[str, torch.Tensor]:
     """The tensors of verifier decoder layer ``layer`` and its final norm (read with speculators' loader)."""
-    from speculators.utils.loading import load_model_layers
-
     names = [f"layers.{layer}.{t}.weight" for t in _LAYER_TENSORS] + ["norm.weight"]
     found = load_model_layers(names, build.verifier.require_path())
     missing = sorted(set(names) - set(found))
     if missing:
-        raise ValueError(f"The verifier at {build.verifier.path} has no tensor(s) {missing}; warm start needs a "
+        raise UserError(f"The verifier at {build.verifier.path} has no tensor(s) {missing}; warm start needs a "
                          "Llama-style decoder layer (q/k/v/o_proj, gate/up/down_proj, two RMSNorms).")
     return {k.removeprefix(f"layers.{layer}."): v for k, v in found.items()}
 
@@ -52,7 +52,7 @@ def warm_start(model: torch.nn.Module, build: DraftBuild, layer: int = -1) -> in
     hidden = text.hidden_size
     mlp = w["mlp.up_proj.weight"].shape
     if tuple(model.layers[0].mlp.up_proj.weight.shape) != tuple(mlp):
-        raise ValueError(f"The draft's MLP is {tuple(model.layers[0].mlp.up_proj.weight.shape)} and verifier layer "
+        raise UserError(f"The draft's MLP is {tuple(model.layers[0].mlp.up_proj.weight.shape)} and verifier layer "
                          f"{index}'s is {tuple(mlp)}; warm start needs the draft shaped like the verifier's layers.")
     for d in model.layers:
         for name in ("q_proj", "k_proj", "v_proj"):

@@ -15,13 +15,16 @@ what :func:`eagle3kit.evaluate.decode.speculative_generate` measures on the same
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
+from eagle3kit.data.conversations import Conversation, ConversationError, prompt_turns
 from eagle3kit.evaluate.decode import aux_hidden_states, greedy_generate, speculative_generate, to_verifier_ids
 
 
@@ -55,18 +58,20 @@ class Acceptance:
         return pd.DataFrame(rows)
 
 
-def chat_prompts(tokenizer, conversations: list, n: int, max_prompt_tokens: int = 128) -> list[torch.Tensor]:
+def chat_prompts(tokenizer, conversations: list[Conversation], n: int, max_prompt_tokens: int = 128
+                 ) -> list[torch.Tensor]:
     """Prompt ids ([1, P]) from the first user turn of each conversation, with the chat template.
 
-    Conversations may be ShareGPT records (``{"conversations": [{"from", "value"}]}``), lists of
-    ``{"role", "content"}`` messages, or plain strings. The user text is cut to ``max_prompt_tokens`` tokens.
+    Conversations may be ShareGPT records, lists of ``{"role", "content"}`` messages, or plain strings
+    (:func:`eagle3kit.data.conversations.prompt_turns` finds the user turn). Its text is cut to ``max_prompt_tokens``
+    tokens.
     """
     prompts = []
-    for conv in conversations:
-        text = _first_user_text(conv)
-        if not text or not text.strip():
+    for conversation in conversations:
+        turns = prompt_turns(conversation)
+        if turns is None:
             continue
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_prompt_tokens]
+        ids = tokenizer(turns[-1]["content"], add_special_tokens=False)["input_ids"][:max_prompt_tokens]
         messages = [{"role": "user", "content": tokenizer.decode(ids)}]
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                                return_dict=True)["input_ids"]
@@ -74,19 +79,9 @@ def chat_prompts(tokenizer, conversations: list, n: int, max_prompt_tokens: int 
         if len(prompts) == n:
             break
     if not prompts:
-        raise ValueError("No conversation had a user turn; pass ShareGPT records, message lists or strings.")
+        raise ConversationError("No conversation had a user turn with text; pass ShareGPT records, message lists "
+                                "or strings.")
     return prompts
-
-
-def _first_user_text(conv) -> str | None:
-    if isinstance(conv, str):
-        return conv
-    turns = conv.get("conversations") or conv.get("messages") if isinstance(conv, dict) else conv
-    for turn in turns or []:
-        role = turn.get("role") or turn.get("from")
-        if role in ("user", "human"):
-            return turn.get("content") or turn.get("value")
-    return None
 
 
 def continuations(verifier, prompts: list[torch.Tensor], max_new_tokens: int, eos_token_id=None,
@@ -170,8 +165,6 @@ class DecodeRun:
 def decode(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int, eos_token_id=None,
            progress: bool = True) -> DecodeRun:
     """Run the real speculative decode loop on every prompt; check it reproduces the greedy continuation."""
-    import time
-
     rounds = tokens = same = 0
     t0 = time.perf_counter()
     for prompt, cont in tqdm(list(zip(prompts, conts, strict=True)), desc="speculative decoding",
@@ -200,8 +193,6 @@ def summary_table(results: dict[str, Acceptance], decoded: dict[str, DecodeRun] 
 
 def plot_acceptance(results: dict[str, Acceptance]):
     """Bar chart: conditional acceptance rate per draft position, one group per draft."""
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=(6.5, 3.2))
     ax = fig.subplots()
     width = 0.8 / max(1, len(results))

@@ -1,4 +1,4 @@
-"""Export a draft in speculators' format (with its d2t/t2d vocab mapping), reload it, and the vLLM commands to serve it.
+"""An exported draft (:func:`eagle3kit.draft.model.save_draft`): reload it, compare it, the vLLM commands to serve it.
 
 The folder is what ``speculators train`` writes and vLLM reads: ``config.json`` (an ``Eagle3SpeculatorConfig`` with a
 ``speculators_config`` naming the verifier) and ``model.safetensors`` (draft weights, the frozen embedding, and the
@@ -8,42 +8,16 @@ saved: speculators loads them from the verifier on reload.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
 from pathlib import Path
 
 import pandas as pd
-import torch
+from speculators import SpeculatorModel
+from speculators.models.eagle3 import Eagle3SpeculatorConfig
 
-from eagle3kit.atomic import atomic_dir
-
-
-def save_draft(draft, out_dir: str | os.PathLike, dtype: str = "float32") -> Path:
-    """Write ``draft`` with speculators' ``save_pretrained`` into ``out_dir`` (atomically)."""
-    import copy
-
-    if getattr(draft, "use_draft_vocab", False) and (draft.d2t is None or draft.t2d is None):
-        raise ValueError("The draft has a reduced vocabulary but no d2t/t2d; load them with "
-                         "draft.load_vocab_mappings(t2d, d2t) before exporting.")
-    target = Path(out_dir)
-    model = draft if dtype == "float32" else copy.deepcopy(draft).to(getattr(torch, dtype))
-    with atomic_dir(target) as tmp:
-        model.save_pretrained(tmp)
-    return target
-
-
-@contextlib.contextmanager
-def _quiet_speculators():
-    """Silence speculators' loguru messages about where it finds the verifier's weights (they are expected)."""
-    from loguru import logger
-
-    logger.disable("speculators")
-    try:
-        yield
-    finally:
-        logger.enable("speculators")
+from eagle3kit.logs import quiet
 
 
 def reload(path: str | os.PathLike, attn_implementation: str | None = "sdpa"):
@@ -52,16 +26,14 @@ def reload(path: str | os.PathLike, attn_implementation: str | None = "sdpa"):
     ``attn_implementation`` sets the draft layers' attention before the model is built (``None`` keeps
     speculators' default, ``simple_flex_attention``); the CPU decode loop needs ``sdpa`` or ``eager``.
     """
-    from speculators import SpeculatorModel
-    from speculators.models.eagle3 import Eagle3SpeculatorConfig
-
     path = Path(path)
     if not (path / "config.json").exists():
-        raise FileNotFoundError(f"{path} has no config.json; export the draft there first (export_draft).")
+        raise FileNotFoundError(f"{path} has no config.json; export the draft there first "
+                                "(`eagle3kit train ... --export DIR`).")
     config = Eagle3SpeculatorConfig.from_pretrained(str(path))
     if attn_implementation is not None:
         config.transformer_layer_config._attn_implementation = attn_implementation  # noqa: SLF001
-    with _quiet_speculators():
+    with quiet():
         return SpeculatorModel.from_pretrained(str(path), config=config).eval()
 
 

@@ -1,11 +1,12 @@
 """Build and inspect the EAGLE-3 training mask exactly as speculators' ``Eagle3DraftModel`` does.
 
 Nothing here re-implements the mask: the mask_mod comes from speculators' ``create_combined_mask_mod``, the base
-BlockMask from torch's ``create_block_mask`` and each TTT step from ``extend_mask_for_draft_tokens``; the dense sdpa /
-eager masks from ``create_mask`` / ``create_float_mask`` + ``extend_dense_mask_for_draft_tokens``.
+BlockMask from torch's ``create_block_mask`` and each TTT step from ``extend_mask_for_draft_tokens`` (the dense
+sdpa / eager masks: :mod:`eagle3kit.masks.stats`).
 
 Views never materialise the dense ``Q x KV`` mask of a long sequence: the BlockMask's own tables say which 128x128
-blocks are empty, full or partial, and the mask_mod is evaluated only inside partial blocks, tile by tile.
+blocks are empty, full or partial, and the mask_mod is evaluated only inside partial blocks, tile by tile
+(:mod:`eagle3kit.masks.pooling` does the counting).
 
 Fast path: ``create_block_mask`` evaluates the whole Q x KV grid. Uncompiled (what speculators calls) it costs
 ~0.6 s / 200 MB at 4,096 tokens, 2.8 s / 650 MB at 8,192 and 27 s / 10 GB at 32,768 on a 2-core CPU; compiled with
@@ -15,6 +16,7 @@ So :func:`build_mask` compiles only above ``COMPILE_ABOVE`` = 4,096 tokens (``co
 
 from __future__ import annotations
 
+import functools
 import operator
 import time
 from collections.abc import Sequence
@@ -25,15 +27,13 @@ from speculators.models.eagle3.attention import create_combined_mask_mod, extend
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from eagle3kit.errors import UserError
+from eagle3kit.masks.pooling import block_table, compiled_counter, pool_hits, sum_pool
 
 BLOCK = 128  # torch's default flex block size, the one speculators uses (Q and KV blocks alike)
 COMPILE_ABOVE = 4096  # tokens; longer sequences use torch.compile(create_block_mask)
 TOKEN_VIEW_LIMIT = 1 << 26  # elements of a token-level view (64 MB as bool); larger regions: use tile_counts
 EMPTY, PARTIAL, FULL = 0, 1, 2  # block classes
 GRID_SUB = 32  # resolution of the cached whole-mask count grid (12 MB of int32 at 32k tokens x 3 steps)
-
-_compiled_create_block_mask = None
-_compiled_count = None
 
 
 class MaskInputError(UserError):
@@ -97,15 +97,6 @@ def segments(document_ids: torch.Tensor) -> list[tuple[int, int, int]]:
     return [(int(v), s, e) for v, s, e in zip(values.tolist(), starts, ends, strict=True)]
 
 
-def _block_table(num: torch.Tensor, indices: torch.Tensor, kv_blocks: int) -> torch.Tensor:
-    """Decode a (num_blocks, indices) pair of BlockMask tables into a [q_blocks, kv_blocks] bool matrix."""
-    num, indices = num[0, 0].long(), indices[0, 0].long()
-    listed = torch.arange(indices.shape[-1]) < num[:, None]
-    dense = torch.zeros(indices.shape[0], kv_blocks + 1, dtype=torch.bool)
-    dense.scatter_(1, torch.where(listed, indices, kv_blocks), True)
-    return dense[:, :kv_blocks]
-
-
 @dataclass
 class EagleMask:
     """The masks of one packed batch at every TTT step (step ``k`` attends to ``(k + 1) * total_seq_len`` keys)."""
@@ -126,25 +117,26 @@ class EagleMask:
         return int(self.document_ids.shape[0])
 
     def kv_len(self, step: int = -1) -> int:
-        return self.total_seq_len * (self._step(step) + 1)
+        return self.total_seq_len * (self.step_index(step) + 1)
 
     def segments(self) -> list[tuple[int, int, int]]:
         return segments(self.document_ids)
 
-    def _step(self, step: int) -> int:
+    def step_index(self, step: int) -> int:
+        """``step`` (negative counts from the last) as 0..ttt_steps-1; one clear sentence when out of range."""
         if not -self.ttt_steps <= step < self.ttt_steps:
             raise MaskInputError(f"step must be in 0..{self.ttt_steps - 1} (ttt_steps={self.ttt_steps}), got {step}.")
         return step % self.ttt_steps
 
     def block_classes(self, step: int = -1) -> torch.Tensor:
         """[q_blocks, kv_blocks] int8: EMPTY / PARTIAL / FULL, read from the BlockMask's own block tables."""
-        step = self._step(step)
+        step = self.step_index(step)
         if step not in self._cache:
             bm = self.block_masks[step]
             kv_blocks = -(-self.kv_len(step) // BLOCK)
-            classes = _block_table(bm.kv_num_blocks, bm.kv_indices, kv_blocks).to(torch.int8)
+            classes = block_table(bm.kv_num_blocks, bm.kv_indices, kv_blocks).to(torch.int8)
             if bm.full_kv_num_blocks is not None:
-                full = _block_table(bm.full_kv_num_blocks, bm.full_kv_indices, kv_blocks)
+                full = block_table(bm.full_kv_num_blocks, bm.full_kv_indices, kv_blocks)
                 classes = torch.where(full, torch.tensor(FULL, dtype=torch.int8), classes)
             self._cache[step] = classes
         return self._cache[step]
@@ -190,7 +182,7 @@ class EagleMask:
         """
         if tile < 1 or tile & (tile - 1):
             raise MaskInputError(f"tile must be a power of two, got {tile}.")
-        step = self._step(step)
+        step = self.step_index(step)
         q0, q1, k0, k1 = self.region(step, region)
         q0, k0 = q0 // tile * tile, k0 // tile * tile
         q1, k1 = min(_round_up(q1, tile), self.total_seq_len), min(_round_up(k1, tile), self.kv_len(step))
@@ -206,7 +198,7 @@ class EagleMask:
         i1, j1 = i0 + -(-(q1 - q0) // sub), j0 + -(-(k1 - k0) // sub)
         counts, area = counts[i0:i1, j0:j1], area[i0:i1, j0:j1]
         if tile > sub:
-            counts, area = _sum_pool(counts, tile // sub), _sum_pool(area, tile // sub)
+            counts, area = sum_pool(counts, tile // sub), sum_pool(area, tile // sub)
         return counts, area, (q0, q1, k0, k1)
 
     def _whole_grid(self, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,7 +210,7 @@ class EagleMask:
                 self._cache["grid", tile] = self._grid(last, blocks, GRID_SUB)
             else:
                 counts, area = self._whole_grid(GRID_SUB)
-                self._cache["grid", tile] = _sum_pool(counts, tile // GRID_SUB), _sum_pool(area, tile // GRID_SUB)
+                self._cache["grid", tile] = sum_pool(counts, tile // GRID_SUB), sum_pool(area, tile // GRID_SUB)
         return self._cache["grid", tile]
 
     def _is_prefix(self, step: int) -> bool:
@@ -249,7 +241,7 @@ class EagleMask:
             bq, bk = pq[i:i + chunk * 64], pk[i:i + chunk * 64]
             if fused:
                 try:
-                    grid[bq, :, bk, :] = _compiled_counter()((qb0 + bq)[:, None] * BLOCK + offsets,
+                    grid[bq, :, bk, :] = compiled_counter()((qb0 + bq)[:, None] * BLOCK + offsets,
                                                              (kb0 + bk)[:, None] * BLOCK + offsets,
                                                              self.mask_mod, r, sub)
                     continue
@@ -258,7 +250,7 @@ class EagleMask:
             for j in range(0, len(bq), chunk):  # unfused: chunk blocks at a time bound the temporaries
                 sq, sk = bq[j:j + chunk], bk[j:j + chunk]
                 qi, ki = (qb0 + sq)[:, None] * BLOCK + offsets, (kb0 + sk)[:, None] * BLOCK + offsets
-                grid[sq, :, sk, :] = _pool_hits(self.evaluate(qi[:, :, None], ki[:, None, :], step), r, sub)
+                grid[sq, :, sk, :] = pool_hits(self.evaluate(qi[:, :, None], ki[:, None, :], step), r, sub)
         return counts, area
 
     def fractions(self, step: int = -1, region: Sequence[int] | None = None, tile: int = BLOCK) -> torch.Tensor:
@@ -267,40 +259,10 @@ class EagleMask:
         return counts.double() / area.clamp(min=1)
 
 
-def _pool_hits(hit: torch.Tensor, r: int, sub: int) -> torch.Tensor:
-    """[n, 128, 128] bools -> attended pairs per ``sub x sub`` sub-tile, [n, r, r] int32."""
-    n = hit.shape[0]
-    per_row = hit.view(n, BLOCK, r, sub).sum(3, dtype=torch.int32)
-    return per_row.view(n, r, sub, r).sum(2, dtype=torch.int32)
-
-
-def _count_partial(qi: torch.Tensor, ki: torch.Tensor, mask_mod, r: int, sub: int) -> torch.Tensor:
-    """The mask_mod over n blocks (query rows ``qi``, key columns ``ki``, all in range), pooled by ``_pool_hits``."""
-    zero = torch.zeros((), dtype=torch.long)
-    return _pool_hits(mask_mod(zero, zero, qi[:, :, None], ki[:, None, :]), r, sub)
-
-
-def _compiled_counter():
-    """``_count_partial`` fused by torch.compile (dynamic shapes: one compile per process and window on/off)."""
-    global _compiled_count
-    if _compiled_count is None:
-        _compiled_count = torch.compile(_count_partial, dynamic=True)
-    return _compiled_count
-
-
-def _sum_pool(t: torch.Tensor, f: int) -> torch.Tensor:
-    rows, cols = -(-t.shape[0] // f) * f, -(-t.shape[1] // f) * f
-    padded = torch.nn.functional.pad(t, (0, cols - t.shape[1], 0, rows - t.shape[0]))
-    return padded.view(rows // f, f, cols // f, f).sum(3).sum(1)
-
-
-def _create_block_mask(compile: bool):
-    global _compiled_create_block_mask
-    if not compile:
-        return create_block_mask
-    if _compiled_create_block_mask is None:
-        _compiled_create_block_mask = torch.compile(create_block_mask)
-    return _compiled_create_block_mask
+@functools.cache
+def compiled_create_block_mask():
+    """torch.compile(create_block_mask), compiled once per process on first use."""
+    return torch.compile(create_block_mask)
 
 
 def build_mask(lengths: Sequence[int] | None = None, total_seq_len: int | None = None, ttt_steps: int = 3,
@@ -330,7 +292,8 @@ def build_mask(lengths: Sequence[int] | None = None, total_seq_len: int | None =
     # exactly Eagle3DraftModel._build_attn_mask + its per-step extension (speculators 0.9.0 core.py)
     mask_mod = create_combined_mask_mod(document_ids, seq_len, sliding_window=sliding_window)
     try:
-        base = _create_block_mask(compile)(mask_mod, B=None, H=None, Q_LEN=seq_len, KV_LEN=seq_len, device="cpu")
+        create = compiled_create_block_mask() if compile else create_block_mask
+        base = create(mask_mod, B=None, H=None, Q_LEN=seq_len, KV_LEN=seq_len, device="cpu")
     except Exception as exc:  # torch.compile needs a working C++ toolchain
         if not compile:
             raise

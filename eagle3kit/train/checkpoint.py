@@ -4,7 +4,8 @@ A checkpoint directory is a speculators model directory (``save_pretrained``: ``
 ``model.safetensors``, loadable with ``SpeculatorModel.from_pretrained``) with the training state alongside, under
 the file names speculators' own checkpointer uses where it has one:
 
-- ``optimizer_state_dict.pt``, ``scheduler_state_dict.pt`` (as speculators' ``SingleGPUCheckpointer`` writes them)
+- ``optimizer_state_dict.pt``, ``scheduler_state_dict.pt`` (as speculators' ``SingleGPUCheckpointer`` writes them:
+  one state dict for one optimizer, a list of them for Muon + AdamW)
 - ``training_state.pt``: step, data position (epoch, batch index), RNG states, metric history
 - ``session.json``: the draft spec and training settings, and the fingerprint a resume is checked against
 
@@ -23,8 +24,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from eagle3kit.errors import UserError
+from safetensors.torch import load_file
+
 from eagle3kit.atomic import atomic_dir, recover
+from eagle3kit.errors import UserError
 
 SESSION_FILE = "session.json"
 STATE_FILE = "training_state.pt"
@@ -63,8 +66,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(
     directory: str | os.PathLike,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    optimizers: list[torch.optim.Optimizer],
+    schedulers: list[torch.optim.lr_scheduler.LRScheduler],
     state: dict[str, Any],
     session: dict[str, Any],
 ) -> Path:
@@ -72,11 +75,19 @@ def save_checkpoint(
     target = Path(directory)
     with atomic_dir(target) as tmp:
         model.save_pretrained(tmp)
-        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
+        torch.save(_payload([o.state_dict() for o in optimizers]), tmp / OPTIMIZER_FILE)
+        torch.save(_payload([s.state_dict() for s in schedulers]), tmp / SCHEDULER_FILE)
         torch.save({**state, "rng": rng_state()}, tmp / STATE_FILE)
         (tmp / SESSION_FILE).write_text(json.dumps(session, indent=2, sort_keys=True, default=str))
     return target
+
+
+def _payload(state_dicts: list[dict]) -> dict | list[dict]:
+    return state_dicts[0] if len(state_dicts) == 1 else state_dicts  # speculators' legacy single format
+
+
+def _as_list(loaded: dict | list[dict]) -> list[dict]:
+    return loaded if isinstance(loaded, list) else [loaded]
 
 
 def read_session(directory: str | os.PathLike) -> dict[str, Any]:
@@ -118,12 +129,10 @@ def _canon(value: Any) -> Any:
 def load_training_state(
     directory: str | os.PathLike,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    optimizers: list[torch.optim.Optimizer],
+    schedulers: list[torch.optim.lr_scheduler.LRScheduler],
 ) -> dict[str, Any]:
-    """Restore model weights, optimizer, scheduler and RNG from ``directory``; return the saved state dict."""
-    from safetensors.torch import load_file
-
+    """Restore model weights, optimizer(s), scheduler(s) and RNG from ``directory``; return the saved state dict."""
     path = Path(directory)
     weights = load_file(str(path / "model.safetensors"), device=str(next(model.parameters()).device))
     missing, unexpected = model.load_state_dict(weights, strict=False)
@@ -133,10 +142,17 @@ def load_training_state(
             f"The model weights in {str(path)!r} do not fit this draft (missing {sorted(set(missing) - ignorable)}, "
             f"unexpected {sorted(unexpected)}); it was made for another draft configuration."
         )
-    optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=True))
-    scheduler.load_state_dict(torch.load(path / SCHEDULER_FILE, weights_only=True))
-    for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
-        group["lr"] = lr  # as speculators' checkpointer does after loading a scheduler
+    opt_states = _as_list(torch.load(path / OPTIMIZER_FILE, weights_only=True))
+    sched_states = _as_list(torch.load(path / SCHEDULER_FILE, weights_only=True))
+    if len(opt_states) != len(optimizers) or len(sched_states) != len(schedulers):
+        raise CheckpointError(f"{str(path)!r} holds {len(opt_states)} optimizer state(s), this run steps "
+                              f"{len(optimizers)}; it was made with another optimizer setting.")
+    for optimizer, saved in zip(optimizers, opt_states, strict=True):
+        optimizer.load_state_dict(saved)
+    for scheduler, saved in zip(schedulers, sched_states, strict=True):
+        scheduler.load_state_dict(saved)
+        for group, lr in zip(scheduler.optimizer.param_groups, scheduler.get_last_lr(), strict=True):
+            group["lr"] = lr  # as speculators' checkpointer does after loading a scheduler
     state = torch.load(path / STATE_FILE, weights_only=True)
     set_rng_state(state.pop("rng"))
     return state

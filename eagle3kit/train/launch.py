@@ -30,10 +30,13 @@ from eagle3kit.atomic import write_text
 from eagle3kit.draft.config import DraftBuild
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.masks.eagle_mask import BLOCK
+from eagle3kit.train.loop import optimizer_args
 
 # Why eagle3kit writes a value that differs from the speculators CLI default (the explanation table shows them).
 _WHY = {
-    "optimizer": "eagle3kit's TrainSession steps AdamW (speculators' CLI default is Muon + AdamW)",
+    "optimizer": "the session's optimizer (TrainSettings.optimizer: eagle3kit defaults to AdamW, the speculators CLI "
+                 "to Muon + AdamW)",
+    "muon_lr": "the Muon group's LR written out (speculators resolves unset to lr)",
     "total_seq_len": "the run's packed length, chosen small enough for a CPU session",
     "seed": "the session's seed (packing order and draft init)",
     "on_missing": "the data directory is complete (made by the HF verifier); no vLLM server generates on demand",
@@ -91,13 +94,19 @@ def flat_config(build: DraftBuild, settings, data_dir: str | os.PathLike, save_p
         "loss_implementation": loss_implementation, "loss_fn": settings.loss_fn,
         "ttt_steps": cfg.speculators_config.proposal_methods[0].speculative_tokens,
         "ttt_step_loss_decay": settings.ttt_step_loss_decay,
-        "optimizer": "adamw", "lr": settings.lr, "weight_decay": settings.weight_decay,
+        **_optimizer_fields(settings),
         "scheduler_type": settings.scheduler_type, "scheduler_warmup_steps": settings.warmup_steps,
         "epochs": settings.epochs, "max_steps": settings.max_steps,
         "save_path": str(Path(save_path).resolve()),
         "log_dir": str(Path(log_dir).resolve()) if log_dir else str(Path(save_path).resolve() / "logs"),
     }
     return flat
+
+
+def _optimizer_fields(settings) -> dict[str, Any]:
+    """speculators' optimizer fields of the run (the Muon ones only when it steps Muon)."""
+    fields = optimizer_args(settings).model_dump()
+    return fields if fields["optimizer"] == "muon" else {k: v for k, v in fields.items() if not k.startswith("muon")}
 
 
 def validate_yaml(path: str | os.PathLike):

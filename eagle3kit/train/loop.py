@@ -1,7 +1,9 @@
 """The plain training loop that :meth:`TrainSession.step` wraps, written directly against speculators.
 
 It is the reference: the parity test checks that ``TrainSession`` steps equal it bit for bit, and
-``bench/train.py`` times the session against it. Everything here is speculators' or torch's own::
+``bench/train.py`` times the session against it. It is also the one home of the optimizer(s) and LR schedule as
+speculators' ``Trainer`` builds them (``build_optimizers``: AdamW, or Muon on the 2D weights + AdamW on the rest;
+one warmup schedule per optimizer), which the session uses too::
 
     loop = PlainLoop(build, data_dir, settings, total_steps)
     for batch in make_loader(data_dir, settings.total_seq_len, train_ratio=0.9, seed=settings.seed):
@@ -11,25 +13,61 @@ It is the reference: the parity test checks that ``TrainSession`` steps equal it
 from __future__ import annotations
 
 import os
+import typing
+from typing import Any
 
 import torch
 from speculators.losses import resolve_loss_config
-from transformers import get_linear_schedule_with_warmup
+from speculators.train.config.schema import OptimizerArgs
+from speculators.train.optimizers import build_optimizers
+from transformers import get_constant_schedule, get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
 
 from eagle3kit.draft.config import DraftBuild
 from eagle3kit.draft.model import build_for_data
+from eagle3kit.errors import UserError
+
+OPTIMIZERS: tuple[str, ...] = typing.get_args(OptimizerArgs.model_fields["optimizer"].annotation)  # adamw, muon
+
+
+def optimizer_args(settings: Any) -> OptimizerArgs:
+    """speculators' optimizer settings for a run (its defaults for the Muon knobs; ``muon_lr`` unset -> ``lr``, as
+    ``speculators train`` resolves it)."""
+    if settings.optimizer not in OPTIMIZERS:
+        raise UserError(f"optimizer={settings.optimizer!r} is not one speculators offers; use one of {OPTIMIZERS} "
+                        "(e.g. `eagle3kit train --optimizer muon`).")
+    muon_lr = settings.muon_lr if settings.muon_lr is not None else settings.lr
+    return OptimizerArgs(optimizer=settings.optimizer, lr=settings.lr, weight_decay=settings.weight_decay,
+                         muon_lr=muon_lr)
+
+
+def make_optimizers(model: torch.nn.Module, settings: Any) -> list[torch.optim.Optimizer]:
+    """The optimizer(s) speculators' ``Trainer`` steps: ``[AdamW]`` or ``[Muon, AdamW]``."""
+    return build_optimizers(model, optimizer_args(settings))
+
+
+def make_schedulers(optimizers: list[torch.optim.Optimizer], settings: Any,
+                    total: int) -> list[torch.optim.lr_scheduler.LRScheduler]:
+    """One schedule per optimizer, as speculators' Trainer: transformers' linear/cosine warmup (warmup 1% of the
+    horizon by default); ``"none"`` keeps the LR constant."""
+    warmup = settings.warmup_steps if settings.warmup_steps is not None else total // 100
+    kind = settings.scheduler_type
+    if kind == "linear":
+        return [get_linear_schedule_with_warmup(o, warmup, total) for o in optimizers]
+    if kind == "cosine":
+        return [get_cosine_schedule_with_warmup(o, warmup, total) for o in optimizers]
+    if kind == "none":
+        return [get_constant_schedule(o) for o in optimizers]
+    raise UserError(f"scheduler_type={kind!r}: use 'linear', 'cosine' or 'none' (as speculators).")
 
 
 class PlainLoop:
-    """speculators' draft, AdamW, the linear warmup schedule and gradient clipping at 1.0, one batch a step."""
+    """speculators' draft, its optimizer(s), the warmup schedule and gradient clipping at 1.0, one batch a step."""
 
-    def __init__(self, build: DraftBuild, data_dir: str | os.PathLike, settings, total_steps: int):
+    def __init__(self, build: DraftBuild, data_dir: str | os.PathLike, settings: Any, total_steps: int):
         torch.manual_seed(settings.seed)  # the same seed gives the same initial draft as the session's
         self.model = build_for_data(build, data_dir, settings.warm_start_layer).train()
-        self.optimizer = torch.optim.AdamW(self.model.named_parameters(), lr=settings.lr,
-                                           weight_decay=settings.weight_decay)
-        warmup = settings.warmup_steps if settings.warmup_steps is not None else total_steps // 100
-        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, warmup, total_steps)
+        self.optimizers = make_optimizers(self.model, settings)
+        self.schedulers = make_schedulers(self.optimizers, settings, total_steps)
         self.loss_config = resolve_loss_config(settings.loss_fn, settings.loss_implementation)
         self.ttt_steps = build.config.speculators_config.proposal_methods[0].speculative_tokens
         self.ttt_step_loss_decay = settings.ttt_step_loss_decay
@@ -39,9 +77,12 @@ class PlainLoop:
         batch = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
         _, loss, _ = self.model(**batch, ttt_steps=self.ttt_steps, ttt_step_loss_decay=self.ttt_step_loss_decay,
                                 loss_config=self.loss_config)
-        self.optimizer.zero_grad()
+        for optimizer in self.optimizers:
+            optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        self.scheduler.step()
+        for optimizer in self.optimizers:
+            optimizer.step()
+        for scheduler in self.schedulers:
+            scheduler.step()
         return loss.item()

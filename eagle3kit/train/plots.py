@@ -3,6 +3,7 @@
 Each function returns a ``matplotlib.figure.Figure`` built without pyplot (safe from a widget's worker thread) and
 never calls ``plt.show``. ``full_acc_k``: share of loss-masked positions whose step-k draft token equals the
 verifier's; ``cond_acc_k``: the same among positions whose steps 0..k-1 were all right (speculators' names).
+Curves are drawn as TensorBoard draws them: a debiased exponential moving average over the raw values, faint behind.
 """
 
 from __future__ import annotations
@@ -10,9 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 from matplotlib.figure import Figure
 
+from eagle3kit.masks.eagle_mask import MaskInputError
+from eagle3kit.masks.plots import plot_layout_thumbnail
+
 PANELS = (("loss", "KL loss"), ("full_acc", "full accuracy"), ("cond_acc", "conditional accuracy"))
+SMOOTHING = 0.9  # EMA weight of the running value (TensorBoard's slider); 0 draws the raw values only
+RAW_ALPHA = 0.25  # the raw values behind the smoothed line
 
 
 def ttt_steps_in(history: Sequence[dict]) -> int:
@@ -22,23 +29,38 @@ def ttt_steps_in(history: Sequence[dict]) -> int:
     return sum(1 for k in history[0] if k.startswith("loss_") and k[5:].isdigit())
 
 
-def plot_metrics(history: Sequence[dict], smooth: int = 1, title: str | None = None) -> Figure:
-    """Loss, full accuracy and conditional accuracy per TTT step against the training step (one line per TTT step).
+def ema(values: Sequence[float], weight: float = SMOOTHING) -> np.ndarray:
+    """TensorBoard's smoothing: an exponential moving average debiased for its zero start, so the first point is
+    the first value (``s_t = weight * s_{t-1} + (1 - weight) * v_t``, shown as ``s_t / (1 - weight ** t)``).
+    Non-finite values pass through and do not enter the average."""
+    out = np.empty(len(values))
+    last, n = 0.0, 0
+    for i, v in enumerate(values):
+        if not np.isfinite(v):
+            out[i] = v
+            continue
+        last, n = weight * last + (1 - weight) * v, n + 1
+        out[i] = last / (1 - weight ** n)
+    return out
 
-    ``smooth`` > 1 overlays a running mean over that many steps.
-    """
+
+def plot_metrics(history: Sequence[dict], smoothing: float = SMOOTHING, title: str | None = None) -> Figure:
+    """Loss, full accuracy and conditional accuracy per TTT step against the training step: per TTT step a line
+    smoothed by :func:`ema` (``smoothing`` = its weight; 0: raw values only) over the raw values drawn faint."""
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"smoothing is the EMA weight, in [0, 1) (TensorBoard's slider), got {smoothing!r}.")
     fig = Figure(figsize=(11, 3.2), layout="constrained")
     axes = fig.subplots(1, 3)
     steps = np.array([r["step"] for r in history])
     for ax, (key, label) in zip(axes, PANELS, strict=True):
         for k in range(ttt_steps_in(history)):
             values = np.array([r[f"{key}_{k}"] for r in history], dtype=float)
-            line, = ax.plot(steps, values, marker="." if len(steps) < 40 else None, lw=1,
-                            alpha=0.45 if smooth > 1 else 1.0, label=f"TTT step {k}")
-            if smooth > 1 and len(values) >= smooth:
-                kernel = np.ones(smooth) / smooth
-                ax.plot(steps[smooth - 1:], np.convolve(values, kernel, mode="valid"), color=line.get_color(), lw=2)
-        ax.set_title(label)
+            name = f"TTT step {k}"
+            raw, = ax.plot(steps, values, marker="." if len(steps) < 40 else None, lw=1,
+                           alpha=RAW_ALPHA if smoothing else 1.0, label=f"_{name} raw" if smoothing else name)
+            if smoothing:
+                ax.plot(steps, ema(values, smoothing), color=raw.get_color(), lw=2, label=name)
+        ax.set_title(label + (f" (EMA {smoothing:g})" if smoothing and history else ""))
         ax.set_xlabel("step")
         if key != "loss":
             ax.set_ylim(-0.02, 1.02)
@@ -91,15 +113,8 @@ def plot_documents(document_ids, loss_mask=None, title: str = "packed batch") ->
 
 
 def plot_batch(document_ids, ttt_steps: int, loss_mask=None) -> Figure:
-    """The batch's document layout and mask: eagle3kit.masks.plots' thumbnail when present (and the length suits
-    speculators' flex mask: a multiple of 128), else the strip of documents and loss mask."""
-    import torch
-
-    try:
-        from eagle3kit.masks.plots import plot_layout_thumbnail
-        from eagle3kit.masks.eagle_mask import MaskInputError
-    except ImportError:
-        return plot_documents(document_ids, loss_mask)
+    """The batch's document layout and mask: eagle3kit.masks.plots' thumbnail when the length suits speculators'
+    flex mask (a multiple of 128), else the strip of documents and loss mask."""
     try:
         return plot_layout_thumbnail(torch.as_tensor(document_ids).reshape(-1), ttt_steps)
     except MaskInputError:

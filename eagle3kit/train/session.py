@@ -2,8 +2,9 @@
 
 One ``step()`` is exactly one iteration of speculators' ``Trainer.train_epoch`` on one GPU: the packed batch from
 its ``ArrowDataset`` + ``MultipackDistributedBatchSamplerV2`` + ``CollateFn`` (eagle3 ``shift_batch``), the model's
-own forward (loss and per-TTT-step metrics from ``compute_metrics``), ``clip_grad_norm_(1.0)``, AdamW and a linear
-warmup/decay schedule, so the same run can be handed to ``speculators train`` (see :mod:`eagle3kit.train.launch`).
+own forward (loss and per-TTT-step metrics from ``compute_metrics``), ``clip_grad_norm_(1.0)``, its optimizer(s)
+(AdamW, or Muon + AdamW) and warmup/decay schedule (:mod:`eagle3kit.train.loop`), so the same run can be handed
+to ``speculators train`` (see :mod:`eagle3kit.train.launch`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import torch
 from speculators.losses import resolve_loss_config
 from speculators.train.utils import normalize_counted_metrics
 from tqdm.auto import tqdm
-from transformers import get_constant_schedule, get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
 
 from eagle3kit.data.manifest import data_verifier
 from eagle3kit.errors import UserError
@@ -31,6 +31,7 @@ from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
+from eagle3kit.train.loop import make_optimizers, make_schedulers, optimizer_args
 
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
 
@@ -52,6 +53,9 @@ class TrainSettings:
     total_seq_len: int = 1024
     seed: int = 0
     weight_decay: float = 0.01
+    # speculators' optimizer choice: "adamw", or "muon" (Muon on the 2D weights, AdamW on the rest, as its trainer)
+    optimizer: str = "adamw"
+    muon_lr: float | None = None  # the Muon group's LR; None: lr (as speculators train)
     epochs: int = 20
     max_steps: int | None = None  # also the LR schedule's horizon, as in speculators
     scheduler_type: str = "linear"  # "linear" | "cosine" | "none"
@@ -96,6 +100,7 @@ class TrainSession:
             )
         self.settings = TrainSettings(**settings).resolved(self.device)
         s = self.settings
+        optimizer_args(s)  # an unknown optimizer is refused before anything is built
         if s.total_seq_len < 2:
             raise ValueError(f"total_seq_len={s.total_seq_len} is too short; use at least a few hundred tokens.")
         self.progress = progress
@@ -106,9 +111,9 @@ class TrainSession:
         torch.manual_seed(s.seed)
         self.model = build_for_data(self.build, self.data_dir, s.warm_start_layer)
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.named_parameters(), lr=s.lr, weight_decay=s.weight_decay)
+        self.optimizers = make_optimizers(self.model, s)  # [AdamW] or [Muon, AdamW], as speculators' Trainer
         self.total_steps = s.max_steps or s.epochs * len(self.batches)
-        self.scheduler = _scheduler(self.optimizer, s, self.total_steps)
+        self.schedulers = make_schedulers(self.optimizers, s, self.total_steps)
         self.global_step = 0
         self.history: list[dict[str, Any]] = []
         self.last_checkpoint: Path | None = None
@@ -136,27 +141,29 @@ class TrainSession:
             t0 = time.perf_counter()
             batch = self.batches.peek()
             t_data = time.perf_counter() - t0
-            lr = self.optimizer.param_groups[0]["lr"]
-            with self._autocast():
+            lr = self.optimizers[-1].param_groups[0]["lr"]  # the AdamW (base) group's LR
+            with self.autocast():
                 _, loss, metrics = self.model(
                     **batch, ttt_steps=self.ttt_steps, ttt_step_loss_decay=self.settings.ttt_step_loss_decay,
                     loss_config=self.loss_config,
                 )
-            self.optimizer.zero_grad()
+            self._zero_grad()
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             stacked = torch.stack([v.float().reshape(()) for v in metrics.values()]).tolist()  # one sync
             values = dict(zip(metrics, stacked, strict=True))
             if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
-                self.optimizer.zero_grad()
+                self._zero_grad()
                 where = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
                 raise TrainingDiverged(
                     f"Step {self.global_step + 1} (epoch {self.batches.epoch}, batch {self.batches.index}) gave a "
                     f"non-finite {'loss' if not torch.isfinite(loss) else 'gradient'}; the weights were not updated"
                     f"{where}. Lower lr (now {lr:g}) or check the data (NaN hidden states)."
                 )
-            self.optimizer.step()
-            self.scheduler.step()
+            for optimizer in self.optimizers:
+                optimizer.step()
+            for scheduler in self.schedulers:
+                scheduler.step()
             seconds = time.perf_counter() - t0
             epoch, index = self.position
             self.batches.advance()
@@ -213,7 +220,12 @@ class TrainSession:
         """The history as a pandas DataFrame (one row per step)."""
         return pd.DataFrame(self.history)
 
-    def _autocast(self):
+    def _zero_grad(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad()
+
+    def autocast(self):
+        """The precision the session trains in: bf16 autocast when hidden_states_dtype is bfloat16, else none."""
         if self.dtype != torch.float32:  # as speculators' Trainer does on CUDA; the same on CPU
             return torch.autocast(self.device.split(":")[0], dtype=self.dtype)
         return contextlib.nullcontext()
@@ -239,7 +251,7 @@ class TrainSession:
                      "history": self.history}
             session = {"fingerprint": self.fingerprint(), "spec": dataclasses.asdict(self.build.spec),
                        "settings": dataclasses.asdict(self.settings), "data_dir": str(self.data_dir)}
-            self.last_checkpoint = ckpt.save_checkpoint(directory, self.model, self.optimizer, self.scheduler,
+            self.last_checkpoint = ckpt.save_checkpoint(directory, self.model, self.optimizers, self.schedulers,
                                                         state, session)
             return self.last_checkpoint
 
@@ -250,7 +262,7 @@ class TrainSession:
             saved["data_dir"] = str(self.data_dir)
         ckpt.check_fingerprint(saved, self.fingerprint(), directory)
         with self._lock:
-            state = ckpt.load_training_state(directory, self.model, self.optimizer, self.scheduler)
+            state = ckpt.load_training_state(directory, self.model, self.optimizers, self.schedulers)
             self.global_step = state["global_step"]
             self.batches.seek(state["epoch"], state["index"])
             self.history = list(state["history"])
@@ -281,14 +293,3 @@ def _as_build(draft: DraftBuild | DraftSpec | str | None, data_dir: Path) -> Dra
         return build_config(verifier=draft)
     return build_config(verifier=data_verifier(data_dir))
 
-
-def _scheduler(optimizer: torch.optim.Optimizer, s: TrainSettings, total: int):
-    """speculators' schedule: transformers' linear/cosine warmup schedule, warmup 1% of the horizon by default."""
-    warmup = s.warmup_steps if s.warmup_steps is not None else total // 100
-    if s.scheduler_type == "linear":
-        return get_linear_schedule_with_warmup(optimizer, warmup, total)
-    if s.scheduler_type == "cosine":
-        return get_cosine_schedule_with_warmup(optimizer, warmup, total)
-    if s.scheduler_type == "none":
-        return get_constant_schedule(optimizer)
-    raise ValueError(f"scheduler_type={s.scheduler_type!r}: use 'linear', 'cosine' or 'none' (as speculators).")

@@ -110,11 +110,15 @@ class TrainingStepper:
         self.run_button.disabled = running
         self.stop_button.disabled = not running
 
+    def metrics_figure(self) -> Figure:
+        """The metric plot the widget shows: loss and accuracies per TTT step, EMA-smoothed over the raw values."""
+        return plot_metrics(list(self.session.history))
+
     def refresh(self) -> None:
         """Redraw the metric plot, the next batch's layout and the status line."""
         s = self.session
         history = list(s.history)
-        self.metrics_image.value = _png(plot_metrics(history, smooth=5 if len(history) >= 20 else 1))
+        self.metrics_image.value = _png(self.metrics_figure())
         try:
             batch = s.peek_batch()
             self.batch_image.value = _png(plot_batch(batch["document_ids"].cpu(), s.ttt_steps,

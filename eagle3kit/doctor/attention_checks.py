@@ -1,0 +1,116 @@
+"""Doctor checks of attention and loss on a device: which mask the draft builds, whether its backend consumes it.
+
+The mask kind is measured (:mod:`eagle3kit.doctor.facts`); what each backend consumes is read from its source
+(transformers' eager adds the mask, sdpa takes bool or float, speculators' flex path passes a BlockMask,
+transformers' flex_attention adds a dense tensor to the scores). ``eagle3kit probe`` measures the consequences.
+"""
+
+from __future__ import annotations
+
+import torch
+from speculators.losses.utils import _FUSED_LOSS_FN_MAP
+
+from eagle3kit.doctor.findings import Finding
+from eagle3kit.draft.config import registered_attention_implementations
+from eagle3kit.masks.eagle_mask import BLOCK
+
+FLEX = ("simple_flex_attention", "flex_attention")
+CONSUMES = {  # mask kinds each backend handles correctly
+    "eager": {"float additive"},
+    "sdpa": {"bool dense", "float additive"},
+    "simple_flex_attention": {"BlockMask"},
+    "flex_attention": {"BlockMask", "float additive"},
+}
+SET_ATTN = 'config.transformer_layer_config._attn_implementation = "{impl}"'
+EAGER_LOSS = 'loss_config=speculators.losses.resolve_loss_config("kl_div", "eager")'
+MISMATCH_WHY = {  # why a backend fails on a mask kind it does not consume
+    "flex_attention": "transformers' flex_attention adds a dense tensor to the scores (score + mask), so a "
+                      "boolean mask adds 1/0 instead of blocking, and its compiled kernel killed the CPU "
+                      "process (SIGSEGV, SIGABRT or SIGBUS across runs of `eagle3kit probe`)",
+    "eager": "eager attention adds the mask to the scores: a bool mask adds 1/0 and blocks nothing",
+    "sdpa": "scaled_dot_product_attention needs a Tensor mask (TypeError: 'attn_mask' must be Tensor, not "
+            "BlockMask): the bug of a hand-built config that 'sdpa' seemed to fix",
+}
+
+
+def recommended_attention(device: str, training: bool) -> str:
+    """The doctor's rule: sdpa to train without CUDA (flex has no CPU backward), else speculators' flex path."""
+    return "sdpa" if training and not device.startswith("cuda") else "simple_flex_attention"
+
+
+def attention_findings(facts: dict, device: str, training: bool, seq_len: int | None,
+                       ttt_steps: int) -> list[Finding]:
+    """Findings for the facts of :func:`~eagle3kit.doctor.facts.attention_facts` on ``device``."""
+    out = []
+    cpu = not device.startswith("cuda")
+    fix = SET_ATTN.format(impl=recommended_attention(device, training))
+    backend, mask = facts["backend"], facts["mask"]
+    if facts["set"] is None:
+        out.append(Finding("warning", "_attn_implementation is unset",
+                           f"speculators turns None into {facts['resolved']!r} (it builds a {mask}); what None means "
+                           "changed between speculators versions, so a hand-built LlamaConfig silently picks a backend",
+                           fix, "attn_unset"))
+    known = registered_attention_implementations()
+    if backend not in known:
+        out.append(Finding("error", f"attention implementation {backend!r} is not registered",
+                           f"the installed transformers/speculators register {known}", fix, "attn_unknown"))
+        return out
+    if backend not in CONSUMES:
+        out.append(Finding("warning", f"{backend!r}: eagle3kit does not know which mask it consumes",
+                           f"the draft builds a {mask} mask for it; EAGLE-3 needs document + draft-diagonal masking",
+                           f"eagle3kit probe --backends {backend}", "attn_untested"))
+    elif mask not in CONSUMES[backend]:
+        detail = MISMATCH_WHY.get(backend, f"{backend} cannot take a {mask}; the step fails inside attention")
+        if facts["resolved"] != backend:
+            detail += (f"; the model was built for {facts['resolved']!r} (speculators picks the mask function in "
+                       "__init__) and the backend was changed afterwards")
+        out.append(Finding("error", f"the draft builds a {mask} mask but its layers call {backend!r}",
+                           f"{backend} consumes {sorted(CONSUMES[backend])}; {detail}",
+                           fix + "  # then build Eagle3DraftModel(config)", "mask_mismatch"))
+    if backend in FLEX and cpu:
+        if training:
+            out.append(Finding("error", f"{backend} with gradients on {device}",
+                               "FlexAttention does not support backward on CPU (NotImplementedError in the first "
+                               "forward that needs gradients)", SET_ATTN.format(impl="sdpa"), "flex_backward_cpu"))
+        else:
+            out.append(Finding("info", f"{backend} forward on {device} is unfused",
+                               "without CUDA, flex attention materialises the full score matrix (correct, slow)",
+                               SET_ATTN.format(impl="sdpa"), "flex_cpu_forward"))
+    if mask == "BlockMask" and ttt_steps > 1:
+        out += block_size_findings(seq_len, ttt_steps)
+    return out
+
+
+def block_size_findings(seq_len: int | None, ttt_steps: int) -> list[Finding]:
+    """A BlockMask extended over TTT steps needs total_seq_len to be a multiple of the block size."""
+    if seq_len is None:
+        return [Finding("info", f"BlockMask: total_seq_len must be a multiple of {BLOCK}",
+                        f"with ttt_steps={ttt_steps} the mask is extended in {BLOCK}-token blocks",
+                        f"pack batches to a multiple of {BLOCK} tokens (e.g. --total-seq-len 4096)", "block_size")]
+    if seq_len % BLOCK == 0:
+        return []
+    fit = -(-seq_len // BLOCK) * BLOCK
+    return [Finding("error", f"total_seq_len {seq_len} is not a multiple of {BLOCK} with ttt_steps={ttt_steps}",
+                    "speculators extends the BlockMask by whole blocks, so TTT step 1 fails with "
+                    "'block_mask was created for a larger length'",
+                    f"pad/pack batches to {fit} tokens (CollateFn(max_len={fit}, ...)), or "
+                    + SET_ATTN.format(impl="sdpa"), "block_size")]
+
+
+def loss_findings(device: str, training: bool, loss) -> list[Finding]:
+    """speculators' default (fused, Triton) loss needs CUDA."""
+    if isinstance(loss, dict):
+        fused = any(fn in _FUSED_LOSS_FN_MAP.values() for fn, _w in loss.values())
+    else:
+        fused = loss in ("fused", None)
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return []
+    if fused:
+        return [Finding("error", "fused (Triton) loss without CUDA",
+                        "speculators' default loss (loss_config=None or implementation 'fused') is a Triton kernel; "
+                        "with no GPU it fails with '0 active drivers'", EAGER_LOSS, "fused_loss")]
+    if loss == "auto" and training:
+        return [Finding("info", "pass an eager loss on CPU",
+                        "Eagle3DraftModel.forward(loss_config=None) uses the fused Triton loss, which needs CUDA",
+                        EAGER_LOSS, "fused_loss")]
+    return []

@@ -1,0 +1,49 @@
+"""What the probe's matrix concludes: the recommended backend, and notebook 02's story table (settings x outcomes).
+
+Both read the rows of :func:`eagle3kit.doctor.probe.probe`; nothing is written in advance.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from eagle3kit.doctor.attention_checks import CONSUMES
+from eagle3kit.doctor.checks import check
+from eagle3kit.doctor.facts import attention_facts
+from eagle3kit.doctor.probe import MODES
+
+
+def recommend(matrix: pd.DataFrame, training: bool = True) -> str | None:
+    """The fastest backend whose cells (with gradients when ``training``) ran and matched eager; None if none did."""
+    mode = "forward+backward" if training else "forward"
+    first_len = matrix.seq_len.iloc[0]
+    rows = matrix[(matrix["mode"] == mode) & (matrix.seq_len == first_len) & (matrix.status == "ok")]
+    good = rows[(rows.backend == "eager") | ((rows.max_abs_dloss.fillna(1.0) < 1e-4)
+                                             & (rows.token_agreement.fillna(0.0) >= 0.999))]
+    good = good[good.backend != "unset"]
+    return None if good.empty else str(good.sort_values("seconds").iloc[0].backend)
+
+
+def story(configs: dict[str, object], matrix: pd.DataFrame, device: str = "cpu", seq_len: int | None = None,
+          backend_of: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per attention setting: what speculators resolves it to, the mask it builds, the probe's outcome, the doctor's.
+
+    ``configs`` maps a label to a draft config; ``backend_of`` maps a label to its probe backend (default: the label).
+    """
+    rows = []
+    for label, config in configs.items():
+        facts = attention_facts(config)
+        findings = check(config, device=device, training=True, loss="eager", seq_len=seq_len)
+        backend = (backend_of or {}).get(label, label)
+        row = {"setting": label, "resolves to": facts["resolved"], "mask built": facts["mask"],
+               "backend consumes": ", ".join(sorted(CONSUMES.get(facts["backend"], {"?"})))}
+        for mode in MODES:
+            cell = matrix[(matrix.backend == backend) & (matrix["mode"] == mode)]
+            if seq_len is not None:
+                cell = cell[cell.seq_len == seq_len]
+            row[mode] = "not probed" if cell.empty else (
+                "ok" if cell.iloc[0].status == "ok" else f"{cell.iloc[0].status}: {cell.iloc[0].error}")
+        errors = [f.what for f in findings if f.severity == "error"]
+        row["doctor"] = "; ".join(errors) if errors else "no errors"
+        rows.append(row)
+    return pd.DataFrame(rows)

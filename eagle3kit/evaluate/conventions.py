@@ -1,0 +1,64 @@
+"""Acceptance length τ as each tool counts it, side by side, with the conversions.
+
+A speculative round proposes ``k`` draft tokens; the verifier keeps the longest agreeing prefix (``a`` tokens) and
+adds one token of its own, the *bonus*. Per draft position ``i`` let ``c_i`` be the conditional acceptance rate
+(token ``i`` accepted given tokens ``< i`` were) and ``p_i = c_1 ... c_i`` the cumulative one. Then
+
+* eagle3kit, the EAGLE papers, vLLM ("mean acceptance length"): τ = 1 + E[a] = 1 + Σ p_i  (with the bonus);
+* speculators 0.9.0 ``eal`` (``speculators.models.metrics.compute_accepted_length_counts``, its DFlash/DSpark
+  metric): the leading run of correct slots + 1, i.e. τ (with the bonus: "vLLM's convention");
+* speculators' EAGLE-3 training metrics ``full_acc_i`` are the cumulative rates p_i, so Σ full_acc_i = τ − 1;
+* SpecForge ``simulated_acc_len`` = c_1 + c_1 c_2 + ... = Σ p_i = τ − 1 (without the bonus).
+
+So a SpecForge number of 2.5 is τ = 3.5 here and in vLLM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from speculators.models.metrics import compute_accepted_length_counts
+
+from eagle3kit.evaluate.acceptance import Acceptance
+
+
+def tau_from_conditional(conditional: list[float]) -> float:
+    """eagle3kit's τ (with the bonus token) from per-position conditional acceptance rates."""
+    return 1.0 + float(np.cumprod(conditional).sum()) if len(conditional) else 1.0
+
+
+def specforge_simulated_acc_len(conditional: list[float]) -> float:
+    """SpecForge's ``simulated_acc_len``: acc_0 + acc_0·acc_1 + ... (no bonus token) = τ − 1."""
+    return float(np.cumprod(conditional).sum()) if len(conditional) else 0.0
+
+
+def speculators_eal(accepted: list[int], k: int) -> float:
+    """speculators' expected accepted length, computed by its own ``compute_accepted_length_counts`` (with bonus).
+
+    ``accepted``: draft tokens accepted per round (0..k); each round is one block of ``k`` draft slots.
+    """
+    runs = torch.tensor(accepted, dtype=torch.long)[:, None]
+    correct = torch.arange(k)[None, :] < runs
+    total, blocks = compute_accepted_length_counts(correct, torch.ones_like(correct))
+    return float(total / blocks)
+
+
+def table(acc: Acceptance, full_acc: list[float] | None = None) -> pd.DataFrame:
+    """The same acceptance measured once, stated in each convention, with the conversion to eagle3kit's τ.
+
+    ``acc``: simulated acceptance over every start position (:func:`eagle3kit.evaluate.acceptance.simulate`).
+    ``full_acc``: speculators' training metrics ``full_acc_i`` of a step, when given.
+    """
+    conditional = acc.rates()["conditional"].fillna(0.0).tolist()
+    rows = [
+        ("eagle3kit τ (EAGLE papers, vLLM)", "1 + mean accepted draft tokens", acc.tau_all_starts, True, "τ"),
+        ("eagle3kit τ from per-position rates", "1 + Σ_i c_1…c_i", tau_from_conditional(conditional), True, "τ"),
+        ("speculators eal", "leading run of correct slots + 1 (compute_accepted_length_counts)",
+         speculators_eal(acc.accept_all, acc.k) if acc.accept_all else float("nan"), True, "τ"),
+        ("SpecForge simulated_acc_len", "Σ_i c_1…c_i", specforge_simulated_acc_len(conditional), False, "τ − 1"),
+    ]
+    if full_acc is not None:
+        rows.append(("speculators EAGLE-3 Σ full_acc_i (training batch)", "Σ_i p_i (cumulative accuracies)",
+                     float(sum(full_acc)), False, "τ − 1"))
+    return pd.DataFrame(rows, columns=["convention", "definition", "value", "counts the bonus token", "equals"])

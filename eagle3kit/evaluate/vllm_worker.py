@@ -1,0 +1,109 @@
+"""Run an EAGLE-3 draft in vLLM (CPU build) and the verifier alone on the same token-id prompts; write JSON.
+
+Standalone on purpose: it runs with the vLLM environment's python, which has no eagle3kit, and imports only vllm and
+the standard library::
+
+    .venv-vllm/bin/python vllm_worker.py spec.json out.json
+
+``spec.json``: ``verifier`` (HF directory), ``draft`` (exported draft directory), ``k``, ``prompts`` (lists of token
+ids), ``max_new_tokens``; optional ``runs`` (default ``["draft", "plain"]``), ``kv_cache_gb`` (2), ``dtype``
+("float32"), ``max_model_len``. Each run builds its own ``vllm.LLM`` in a fresh child process (vLLM does not hand its
+memory back reliably within one process). ``out.json``: ``{"vllm_version", "runs": {"draft": {...}, "plain": {...}}}``
+with, per run, the generated token ids per prompt, seconds, tokens/s and (with the draft) vLLM's spec-decode counters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted",
+}
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def read_counters(metrics: list[Any]) -> dict[str, Any]:
+    """The spec-decode counters from ``llm.get_metrics()``, summed over engines."""
+    out: dict[str, Any] = {name: 0 for name in COUNTERS.values()}
+    per_pos: list[int] = []
+    for m in metrics:
+        if m.name in COUNTERS:
+            out[COUNTERS[m.name]] += int(m.value)
+        elif m.name == PER_POS:
+            values = [int(v) for v in m.values]
+            per_pos = [a + b for a, b in zip(per_pos, values, strict=False)] + values[len(per_pos):]
+    out["accepted_per_pos"] = per_pos
+    return out
+
+
+def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
+    """Build one ``vllm.LLM`` (with the draft when ``run == "draft"``), generate greedily, time it."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.get("kv_cache_gb", 2)))
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    kwargs: dict[str, Any] = {"dtype": spec.get("dtype", "float32"), "enforce_eager": True,
+                              "disable_log_stats": False, "seed": 0}
+    if spec.get("max_model_len"):
+        kwargs["max_model_len"] = int(spec["max_model_len"])
+    if run == "draft":
+        kwargs["speculative_config"] = {"method": "eagle3", "model": spec["draft"],
+                                        "num_speculative_tokens": int(spec["k"])}
+    t0 = time.perf_counter()
+    llm = LLM(model=spec["verifier"], **kwargs)
+    load_s = time.perf_counter() - t0
+    params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_new_tokens"]), ignore_eos=False)
+    prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in spec["prompts"]]
+    t0 = time.perf_counter()
+    results = llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - t0
+    outputs = [list(r.outputs[0].token_ids) for r in results]
+    generated = sum(len(o) for o in outputs)
+    record: dict[str, Any] = {"outputs": outputs, "seconds": seconds, "load_seconds": load_s,
+                              "generated_tokens": generated, "tokens_per_s": generated / seconds if seconds else 0.0,
+                              "vllm_version": vllm.__version__}
+    if run == "draft":
+        record["counters"] = read_counters(llm.get_metrics())
+    return record
+
+
+def main(argv: list[str]) -> int:
+    """``spec.json out.json`` runs every run in a child; ``--one RUN spec.json out.json`` runs one here."""
+    if argv[:1] == ["--one"]:
+        run, spec_path, out_path = argv[1:4]
+        record = run_one(json.loads(Path(spec_path).read_text()), run)
+        Path(out_path).write_text(json.dumps(record))
+        return 0
+    if len(argv) != 2:
+        print("usage: vllm_worker.py spec.json out.json", file=sys.stderr)
+        return 2
+    spec_path, out_path = Path(argv[0]), Path(argv[1])
+    spec = json.loads(spec_path.read_text())
+    runs: dict[str, Any] = {}
+    for run in spec.get("runs", ["draft", "plain"]):
+        part = out_path.with_name(f"{out_path.stem}.{run}.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--one", run, str(spec_path), str(part)]
+        code = subprocess.call(cmd)
+        if code != 0:
+            print(f"vllm_worker: the {run!r} run exited with code {code}", file=sys.stderr)
+            return code
+        runs[run] = json.loads(part.read_text())
+        part.unlink()
+    version = next(iter(runs.values()))["vllm_version"] if runs else None
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp.write_text(json.dumps({"vllm_version": version, "runs": runs}))
+    tmp.replace(out_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

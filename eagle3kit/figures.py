@@ -1,0 +1,50 @@
+"""eagle3kit's Figures display as PNG images in IPython, whatever the kernel's matplotlib backend.
+
+The plot functions build ``matplotlib.figure.Figure`` without pyplot (safe from a widget's worker thread). IPython
+draws a Figure only once matplotlib's inline backend has registered its printer (``%matplotlib inline``, or pyplot
+imported under the inline backend); before that a returned Figure shows as the text ``<Figure size 1100x320 with 3
+Axes>``. :func:`show_figures_as_png` registers IPython's own printer (``IPython.core.pylabtools.print_figure``, what
+``%matplotlib inline`` registers) on the running shell when none is there; ``eagle3kit/__init__.py`` calls it once.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+from typing import Any
+
+IMAGE_FORMATS = ("image/png", "image/svg+xml", "image/jpeg", "application/pdf")
+
+
+def show_figures_as_png(shell: Any = None) -> bool:
+    """Make ``shell`` (default: the running IPython shell, if any) display matplotlib Figures as PNG.
+
+    A printer already registered for Figure (``%matplotlib inline``, ``set_matplotlib_formats('svg')``, ipympl) is
+    kept. Returns whether a Figure now has an image printer; False outside IPython (nothing to do there).
+    """
+    if shell is None:
+        ipython = sys.modules.get("IPython")  # not imported: no shell is running, and importing it would cost time
+        shell = ipython.get_ipython() if ipython is not None else None
+    formatter = getattr(shell, "display_formatter", None)
+    if formatter is None:
+        return False
+    # lazy: `import eagle3kit` (the CLI's start) stays free of matplotlib; here a notebook is running
+    from IPython.core.pylabtools import print_figure
+    from matplotlib.figure import Figure
+
+    printers = [formatter.ipython_display_formatter]  # ipympl / nbagg show Figures as widgets there
+    printers += [formatter.formatters[m] for m in IMAGE_FORMATS if m in formatter.formatters]
+    if any(has_printer(p, Figure) for p in printers):
+        return True
+    formatter.formatters["image/png"].for_type(Figure, partial(print_figure, fmt="png", base64=True))
+    return True
+
+
+def has_printer(formatter: Any, cls: type) -> bool:
+    """Whether an IPython formatter has a printer for ``cls`` (registered for it or a base class)."""
+    try:
+        formatter.lookup_by_type(cls)
+    except KeyError:
+        return False
+    return True
+

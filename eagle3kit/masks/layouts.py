@@ -1,0 +1,34 @@
+"""Document-length layouts for the mask demos: real conversation lengths, packed into one batch.
+
+Lengths come from ShareGPT V3 through the verifier's chat template, read by :mod:`eagle3kit.data.conversations`
+(the one ShareGPT reader); packing follows speculators' collator: whole documents back to back, the rest padding.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from eagle3kit.data.conversations import ordered, read_sharegpt
+from eagle3kit.masks.eagle_mask import MaskInputError
+
+
+def sharegpt_lengths(tokenizer, n: int = 16, seed: int = 0, max_len: int | None = None) -> list[int]:
+    """Token lengths of ``n`` ShareGPT V3 conversations (chat template applied), in the data stage's seeded order."""
+    chats = islice(ordered(read_sharegpt(), seed=seed), n)
+    lengths = [len(tokenizer.apply_chat_template(c, tokenize=True, return_dict=False)) for c in chats]
+    return [min(x, max_len) for x in lengths] if max_len else lengths
+
+
+def pack(lengths: list[int], total_seq_len: int) -> list[int]:
+    """Documents taken in order (cycling if needed), skipping any that no longer fit, until none fits; the rest of
+    ``total_seq_len`` is padding."""
+    lengths = [n for n in lengths if 0 < n <= total_seq_len]
+    if not lengths:
+        raise MaskInputError(f"No document fits into total_seq_len={total_seq_len}; raise it or pass shorter ones.")
+    packed, used = [], 0
+    while used + min(lengths) <= total_seq_len:
+        for n in lengths:
+            if used + n <= total_seq_len:
+                packed.append(n)
+                used += n
+    return packed

@@ -1,0 +1,139 @@
+"""The ``eagle3kit`` command as a user types it: options generated from the typed settings, one-line errors (exit 2)
+with the command to run next, a start-up that does not import torch."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from conftest import TINY_DATA_SEQ as SEQ
+from eagle3kit.cli import build_parser, main
+from eagle3kit.cli_args import field_comments, given
+from eagle3kit.draft.config import DraftSpec, check_draft_vocab_size
+from eagle3kit.errors import UserError, is_user_error
+from eagle3kit.runner import check_parameters, notebooks
+from eagle3kit.train.session import TrainSettings
+
+
+def one_line_error(capsys, argv: list[str]) -> str:
+    """Run the CLI; it must exit 2 with exactly one line on stderr and no traceback. Return that line."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("eagle3kit: ") and "Traceback" not in err, err
+    return err
+
+
+def test_help_and_a_light_command_do_not_import_torch():
+    code = "import sys; from eagle3kit import cli; cli.build_parser(''); cli.build_parser('masks'); " \
+           "print('torch' in sys.modules, 'speculators' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("command", ["train", "launch"])
+def test_every_training_setting_and_draft_field_is_an_option(command):
+    actions = {a.dest: a for a in build_parser(command)._subparsers._group_actions[0].choices[command]._actions}
+    assert {f.name for f in dataclasses.fields(TrainSettings)} <= set(actions)  # a new field appears by itself
+    assert {f.name for f in dataclasses.fields(DraftSpec)} - {"training", "device"} <= set(actions)
+    assert actions["lr"].option_strings == ["--lr"] and "(default: 0.001)" in actions["lr"].help
+    assert actions["scheduler_type"].help.startswith('"linear" | "cosine" | "none"')  # the field's own comment
+
+
+@pytest.mark.parametrize("command", ["config", "train", "launch", "doctor"])
+def test_only_generated_options_carry_a_field_name(command):
+    """given() reads fields by name: a hand-written option under a field's name would leak into the settings."""
+    fields = {f.name for cls in (DraftSpec, TrainSettings) for f in dataclasses.fields(cls)}
+    parser = build_parser(command)._subparsers._group_actions[0].choices[command]
+    leaks = [a.option_strings for a in parser._actions if a.dest in fields and a.default is not argparse.SUPPRESS]
+    assert not leaks
+
+
+def test_cli_config_builds_the_spec_it_was_given(capsys):
+    assert main(["config", "--verifier", "tiny", "--device", "cpu", "--ttt-steps", "2", "--attn", "eager"]) == 0
+    out = capsys.readouterr().out
+    assert "eager" in out and "chosen by you" in out
+
+
+def test_options_given_are_the_ones_typed_and_the_rest_keep_the_dataclass_default():
+    args = build_parser("train").parse_args(["train", "--data", "D", "--lr", "2e-3", "--optimizer", "muon",
+                                             "--aux-layer-ids", "1", "2", "--no-norm-output", "--warm-start-layer",
+                                             "-1"])
+    assert given(args, TrainSettings) == {"lr": 2e-3, "optimizer": "muon", "warm_start_layer": -1}
+    assert given(args, DraftSpec) == {"aux_layer_ids": [1, 2], "norm_output": False}
+    assert TrainSettings(**given(args, TrainSettings)).total_seq_len == TrainSettings().total_seq_len
+    config = build_parser("config").parse_args(["config", "--attn", "eager", "--ttt-steps", "4"])
+    assert given(config, DraftSpec) == {"attn_implementation": "eager", "ttt_steps": 4}
+
+
+def test_field_comments_read_the_line_or_the_lines_above():
+    notes = field_comments(TrainSettings)
+    assert notes["muon_lr"].startswith("the Muon group's LR")
+    assert notes["hidden_states_dtype"].startswith('"auto": float32 on CPU')  # two comment lines above the field
+    assert "lr" in notes and notes["lr"] == ""
+
+
+def test_parse_errors_are_one_line_naming_the_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["masks", "--total-seq-lem", "128"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "see `eagle3kit masks --help`" in err
+
+
+def test_unknown_set_key_is_refused_before_anything_runs(capsys, tmp_path):
+    err = one_line_error(capsys, ["run-notebooks", "--preset", "ci", "--only", "01", "--set", "verifer=tiny",
+                                  "--out", str(tmp_path)])
+    assert "01_build_draft_config.ipynb" in err and "'verifer'" in err and "verifier" in err
+    assert not list(tmp_path.glob("*.ipynb"))
+
+
+def test_a_key_that_some_selected_notebooks_declare_is_fine():
+    check_parameters(notebooks(select=["01", "03"]), "ci", {"n_documents": 3, "forward_tokens": 64})
+
+
+def test_a_preset_key_the_notebook_does_not_declare_is_refused(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cell = nbformat.v4.new_code_cell("workdir = ''\nforward_tokenz = 1")
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell]
+    nbformat.write(nb, tmp_path / "01_x.ipynb")  # the ci preset sets forward_tokens for notebook 01
+    with pytest.raises(UserError, match=r"'ci' sets forward_tokens for 01_x\.ipynb.*closest: forward_tokenz"):
+        check_parameters(notebooks(tmp_path), "ci", {})
+
+
+def test_bad_preset_and_bad_set_syntax(capsys, tmp_path):
+    assert "use one of ci, demo" in one_line_error(capsys, ["run-notebooks", "--preset", "nope", "--out",
+                                                            str(tmp_path)])
+    assert "--set ttt_steps=4" in one_line_error(capsys, ["run-notebooks", "--set", "ttt_steps", "--out",
+                                                          str(tmp_path)])
+
+
+def test_missing_data_dir(capsys, tmp_path):
+    err = one_line_error(capsys, ["train", "--data", str(tmp_path / "nowhere"), "--steps", "1"])
+    assert "eagle3kit data" in err
+
+
+def test_finished_run_and_settings_given_with_resume(tiny_data, tmp_path, capsys):
+    ck = tmp_path / "ck"
+    assert main(["train", "--data", str(tiny_data), "--device", "cpu", "--total-seq-len", str(SEQ), "--max-steps", "1",
+                 "--steps", "1", "--save", str(ck)]) == 0
+    capsys.readouterr()
+    err = one_line_error(capsys, ["train", "--resume", str(ck), "--steps", "1"])
+    assert "The run is complete" in err and "--max-steps" in err
+    err = one_line_error(capsys, ["train", "--resume", str(ck), "--lr", "1e-2", "--ttt-steps", "2"])
+    assert "--lr" in err and f"`eagle3kit train --data {tiny_data} --ttt-steps 2 --lr 0.01 --save NEW_DIR`" in err
+
+
+def test_only_eagle3kit_diagnosed_value_errors_count_as_user_errors():
+    with pytest.raises(ValueError) as ours:
+        check_draft_vocab_size(0, 10)
+    assert is_user_error(ours.value)
+    with pytest.raises(ValueError) as theirs:  # raised inside a library: a bug to report, with its traceback
+        json.loads("{")
+    assert not is_user_error(theirs.value)

@@ -1,0 +1,131 @@
+"""What the reader of an executed notebook sees: small real notebooks run by papermill, then checked.
+
+Also :func:`eagle3kit.logs.quiet` against speculators' real weight loader (it logs through loguru).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import nbformat
+import papermill
+import pytest
+import torch
+from loguru import logger
+from safetensors.torch import save_file
+from speculators.utils.loading import load_model_layers
+from transformers.utils import logging as hf_logging
+
+from eagle3kit.logs import quiet
+from eagle3kit.notebook_outputs import output_problems
+
+FIGURE = """\
+from matplotlib.figure import Figure
+
+def figure():  # as eagle3kit's plot functions make them: no pyplot
+    fig = Figure(figsize=(3, 2))
+    fig.subplots().plot([0, 1], [1, 0])
+    return fig"""
+
+
+def execute(tmp_path, name: str, cells: list[str], fails: bool = False):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    src, out = tmp_path / f"{name}.ipynb", tmp_path / f"{name}.out.ipynb"
+    nbformat.write(nb, src)
+    if fails:
+        with pytest.raises(papermill.PapermillExecutionError):
+            papermill.execute_notebook(str(src), str(out), kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
+    else:
+        papermill.execute_notebook(str(src), str(out), kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
+    return out
+
+
+def weights_dir(path):
+    """A real single-file checkpoint: speculators' loader logs that it has no index file and reads this one."""
+    path.mkdir(exist_ok=True)
+    save_file({"model.embed_tokens.weight": torch.ones(4, 2)}, str(path / "model.safetensors"))
+    return path
+
+
+def at(problems: list[str], cell: int) -> list[str]:
+    return [p for p in problems if f" cell {cell}: " in p]
+
+
+def test_each_problem_is_named_by_its_cell(tmp_path):
+    out = execute(tmp_path, "problems", [
+        FIGURE,
+        "figure()",  # 2: no image printer for a Figure yet (no %matplotlib inline, no pyplot)
+        r"print('\x1b[31mred\x1b[0m')",  # 3
+        "import logging\nlogging.basicConfig()\nlogging.getLogger('somelib').warning('narrates')",  # 4
+        "import warnings\nwarnings.warn_explicit('deprecated', FutureWarning, '/x/site-packages/lib/m.py', 3)",  # 5
+        "from eagle3kit.figures import show_figures_as_png\nassert show_figures_as_png()\nfigure()",  # 6: an image
+        "print('plain words a user can act on')",  # 7
+        "raise ValueError('boom')",  # 8
+    ], fails=True)
+    problems = output_problems(out)
+    assert at(problems, 2) == ["problems.out.ipynb cell 2: a Figure shown as text, not an image "
+                               "(<Figure size 300x200 with 1 Axes>)"]
+    assert len(at(problems, 3)) == 1 and "colour codes" in at(problems, 3)[0]
+    assert len(at(problems, 4)) == 1 and "logging line" in at(problems, 4)[0] and "narrates" in at(problems, 4)[0]
+    assert len(at(problems, 5)) == 1 and "library warning line" in at(problems, 5)[0]
+    assert at(problems, 6) == [] and at(problems, 7) == []
+    assert at(problems, 8) == ["problems.out.ipynb cell 8: an error output (ValueError: boom)"]
+    assert len(problems) == 5
+
+
+@pytest.fixture(scope="module")
+def loads(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("loads")
+    weights = weights_dir(tmp / "weights")
+    load = f"load_model_layers(['model.embed_tokens.weight'], {str(weights)!r})"
+    out = execute(tmp, "loads", [
+        f"import eagle3kit\nfrom eagle3kit.logs import quiet\nfrom speculators.utils.loading import "
+        f"load_model_layers\n{FIGURE}",
+        f"with quiet():\n    {load}",  # 2
+        f"with quiet():\n    with quiet():\n        pass\n    {load}",  # 3: an inner block ends, the outer stays quiet
+        "figure()",  # 4
+        f"{load};",  # 5: speculators' loguru lines, coloured in a kernel
+    ])
+    return output_problems(out)
+
+
+def test_loads_inside_quiet_show_nothing_and_outside_they_are_caught(loads):
+    assert at(loads, 1) == [] and at(loads, 2) == [] and at(loads, 3) == []
+    fifth = at(loads, 5)
+    assert any("loguru line" in p and "Loading from local directory" in p for p in fifth), loads
+    assert any("loguru line" in p and "model.safetensors.index.json" in p for p in fifth), loads
+    assert any("colour codes" in p for p in fifth), loads
+
+
+def test_importing_eagle3kit_makes_figures_images(loads):
+    assert at(loads, 4) == [], ("a Figure showed as text after `import eagle3kit`: eagle3kit/__init__.py must call "
+                                "eagle3kit.figures.show_figures_as_png()")
+
+
+def test_quiet_silences_speculators_loader_and_nests(tmp_path):
+    weights = str(weights_dir(tmp_path / "w"))
+    records: list[str] = []
+    sink = logger.add(records.append, level="INFO", format="{name} {message}")
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    try:
+        with quiet():
+            with quiet():
+                load_model_layers(["model.embed_tokens.weight"], weights)
+            load_model_layers(["model.embed_tokens.weight"], weights)  # still inside the outer block
+            assert hf_logging.get_verbosity() == hf_logging.ERROR and not hf_logging.is_progress_bar_enabled()
+        assert records == []
+        assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == (verbosity, bars)
+        load_model_layers(["model.embed_tokens.weight"], weights)
+        assert any(r.startswith("speculators.utils.loading") and "index.json" in r for r in records), records
+    finally:
+        logger.remove(sink)
+
+
+def test_quiet_stdout_swallows_prints_only_when_asked(capsys):
+    with quiet(stdout=True):
+        print("speculators' config helper narrates")
+    with quiet():
+        print("kept", file=sys.stdout)
+    assert capsys.readouterr().out == "kept\n"

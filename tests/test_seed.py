@@ -1,0 +1,60 @@
+"""The seed failure replayed for real on the tiny verifier: each step fails (or not) as the doctor predicts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle3kit.doctor.seed import SeedReplay, hand_built_config, table
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="replays the CPU story (GPU: tests marked cuda)")
+
+
+@pytest.fixture(scope="module")
+def replay(tiny_verifier):
+    return SeedReplay("tiny", seq_len=128, ttt_steps=3, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def steps(replay):
+    return {s.title.split(" · ")[0]: s for s in replay.steps(timeout_s=120)}
+
+
+def test_the_seeds_config_leaves_attention_unset(replay):
+    assert replay.config.transformer_layer_config._attn_implementation is None  # noqa: SLF001
+    assert hand_built_config(replay.build).transformer_layer_config.__class__.__name__ == "LlamaConfig"
+
+
+def test_unset_builds_a_blockmask_and_cannot_train_on_cpu(steps):
+    s = steps["1"]
+    assert s.mask.startswith("BlockMask")
+    assert s.status == "error" and "FlexAttention does not support backward on CPU" in s.outcome
+    assert {f.check for f in s.predicted} >= {"attn_unset", "flex_backward_cpu"} and s.caught
+
+
+def test_switching_the_built_draft_to_sdpa_hands_sdpa_a_blockmask(steps):
+    s = steps["2"]
+    assert s.mask.startswith("BlockMask")
+    assert s.status == "error" and "must be Tensor, not BlockMask" in s.outcome
+    assert "mask_mismatch" in {f.check for f in s.predicted} and s.caught
+
+
+def test_the_fix_trains_with_eagers_numbers(steps):
+    s = steps["3"]
+    assert s.status == "ok" and s.mask.startswith("bool dense")
+    assert s.max_abs_dloss < 1e-4 and s.token_agreement == 1.0
+    assert not s.predicted and s.caught and not s.failed
+    assert steps["3b"].status == "skipped" and "no CUDA" in steps["3b"].outcome
+
+
+def test_hf_flex_attention_gets_a_dense_mask_and_is_not_correct(steps):
+    s = steps["4"]
+    assert s.mask == "bool dense"
+    assert s.failed, f"transformers' flex_attention ran like eager: {s.render()}"
+    assert "mask_mismatch" in {f.check for f in s.predicted} and s.caught
+
+
+def test_every_step_is_caught_and_tabled(steps):
+    frame = table(list(steps.values()))
+    assert frame["caught"].all() and len(frame) == 5
+    assert "[ERROR]" in steps["2"].render() and "what happened: ERROR" in steps["2"].render()

@@ -1,0 +1,83 @@
+"""Terminal tables: text columns wrap so no line is wider than the terminal; blocks when columns cannot fit."""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from eagle3kit.doctor.checks import check
+from eagle3kit.doctor.findings import Finding, findings_table, format_findings, to_frame
+from eagle3kit.draft.config import build_config
+from eagle3kit.tables import column_widths, format_records, format_table
+
+LONG = ("speculators extends the BlockMask by whole blocks of 128 tokens, so the second TTT step fails with "
+        "'block_mask was created for a larger length' when total_seq_len is not a multiple of 128")
+
+
+def words(text: str) -> Counter:
+    return Counter(text.split())
+
+
+def assert_fits(text: str, width: int) -> None:
+    too_long = [line for line in text.splitlines() if len(line) > width]
+    assert not too_long, f"{len(too_long)} lines wider than {width}: {too_long[0]!r}"
+
+
+@pytest.fixture(scope="module")
+def findings() -> list[Finding]:
+    """Real doctor findings (tiny verifier): an unset attention implementation, a bad length, the fused loss."""
+    build = build_config(verifier="tiny", device="cpu")
+    config = copy.deepcopy(build.config)
+    config.transformer_layer_config._attn_implementation = None
+    found = check(config, device="cpu", training=True, loss=None, seq_len=300)
+    assert {f.severity for f in found} >= {"error", "warning"}
+    return found
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_findings_fit_the_terminal_with_every_word(findings, width):
+    text = findings_table(findings, width)
+    assert_fits(text, width)
+    expected = words(" ".join(f"{f.what} {f.why} {f.fix}" for f in findings))
+    assert not expected - words(text), f"missing words: {expected - words(text)}"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_findings_blocks_wrap_to_the_width(findings, width):
+    text = format_findings(findings, width)
+    assert_fits(text, width)
+    assert text.count("[ERROR]") == sum(f.severity == "error" for f in findings)
+    assert words(" ".join(f"{f.what} {f.why} {f.fix}" for f in findings)) <= words(text)
+    assert format_findings(findings) == format_findings(findings, None)  # None: one line per part, unwrapped
+    assert max(map(len, format_findings(findings).splitlines())) > width
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_text_columns_wrap_and_numbers_keep_their_width(width):
+    df = pd.DataFrame({"check": ["seq_len", "loss"], "why": [LONG, "ok"], "tokens": [384, 1024]})
+    text = format_table(df, width)
+    assert_fits(text, width)
+    lines = text.splitlines()
+    assert lines[0].split() == ["check", "why", "tokens"] and set(lines[1]) == {"-", " "}
+    assert len(lines) > 4  # the long text wrapped over several lines
+    assert words(text) == words(" ".join(["check why tokens", *df.astype(str).to_numpy().ravel()])) + words(
+        " ".join("-" * w for w in column_widths(df, width)))
+    assert lines[2].rstrip().endswith("384")  # numbers right-aligned in their column
+
+
+def test_a_narrow_table_is_left_as_it_is():
+    df = pd.DataFrame({"a": ["x", "yy"], "b": [1.5, float("nan")]})
+    assert column_widths(df, 80) == [2, 3]
+    assert format_table(df, 80).splitlines() == ["a     b", "--  ---", "x   1.5", "yy"]
+
+
+def test_columns_that_cannot_fit_fall_back_to_blocks():
+    df = to_frame([Finding("error", "w " * 30, "y " * 30, "a_command_line_that_should_not_be_broken_up(x=1)", "c")])
+    assert column_widths(df, 40) is None
+    text = format_table(df, 40)
+    assert text == format_records(df, 40) and text.startswith("error\n    check: c")
+    assert_fits(text, 40)
+    assert findings_table([Finding("error", "w", "y", "z" * 60)], 40).startswith("[ERROR] w")

@@ -1,0 +1,183 @@
+"""The exported draft in real vLLM (CPU build, ``.venv-vllm``): it loads, is lossless, a trained one gets τ > 1, the
+``vllm serve`` command answers a real OpenAI client and stops without leftovers; bad input gets a clear error.
+
+The vLLM tests are marked ``vllm`` and ``slow`` and skipped when the vLLM environment is absent (``make vllm``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from eagle3kit.evaluate import serve
+
+try:
+    VLLM_PYTHON = serve.vllm_python()
+    NO_VLLM = ""
+except serve.VllmError as e:
+    VLLM_PYTHON, NO_VLLM = None, str(e)
+
+needs_vllm = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(bool(NO_VLLM), reason=NO_VLLM)]
+N_PROMPTS, NEW_TOKENS, K = 4, 32, 3
+
+
+def vllm_test(fn):
+    for mark in needs_vllm:
+        fn = mark(fn)
+    return fn
+
+
+def chat_ids(verifier, texts: list[str]) -> list[list[int]]:
+    from eagle3kit.verifier import load_tokenizer
+
+    tok = load_tokenizer(verifier)
+    return [list(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                        return_dict=True)["input_ids"]) for t in texts]
+
+
+PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "Explain photosynthesis briefly.",
+           "List three prime numbers."]
+
+
+def make_untrained(verifier_name: str, out):
+    """An untrained draft (full vocab) built by eagle3kit and saved with speculators' save_pretrained."""
+    import torch
+
+    from eagle3kit.draft.config import build_config
+    from eagle3kit.draft.model import build_model, save_draft
+
+    build = build_config(verifier=verifier_name, ttt_steps=K, device="cpu")
+    torch.manual_seed(0)
+    return save_draft(build_model(build).eval(), out)
+
+
+@pytest.fixture(scope="module")
+def untrained(smollm2, tmp_path_factory):
+    return make_untrained("smollm2", tmp_path_factory.mktemp("vllm") / "untrained")
+
+
+# ----------------------------------------------------------------------------------------------- in vLLM
+@vllm_test
+def test_export_loads_in_vllm_and_is_lossless(untrained, smollm2):
+    from eagle3kit.evaluate.decode import greedy_generate
+    from eagle3kit.verifier import load_model
+
+    prompts = chat_ids(smollm2, PROMPTS[:N_PROMPTS])
+    check = serve.check_draft(untrained, smollm2.path, prompts, max_new_tokens=NEW_TOKENS, k=K)
+    assert check.vllm_version == "0.32.0" and check.k == K
+    assert check.drafts > 0 and len(check.accepted_per_pos) == K
+    assert check.lossless == N_PROMPTS, (check.outputs_draft, check.outputs_plain)
+    assert all(len(o) > 0 for o in check.outputs_plain)
+    assert check.tau >= 1.0 and all(0.0 <= a <= 1.0 for a in check.acceptance_per_pos)
+    assert check.tokens_per_s["draft"] > 0 and check.tokens_per_s["plain"] > 0
+    # vLLM's greedy tokens equal eagle3kit's (transformers) greedy continuations where floating point allows
+    import torch
+
+    model = load_model(smollm2)
+    same = sum(greedy_generate(model, torch.tensor([p]), NEW_TOKENS)[: len(o)] == o
+               for p, o in zip(prompts, check.outputs_plain, strict=True))
+    print(f"vLLM check (untrained): {check.summary()}, equal to eagle3kit's greedy: {same}/{N_PROMPTS}")
+    assert same >= N_PROMPTS // 2
+
+
+@vllm_test
+def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path):
+    """A tiny-budget draft (SmolLM2, 24 conversations, 2048-token draft vocab, warm start, 50 steps): vLLM accepts
+    some of its tokens, and its τ is close to eagle3kit's own decode loop on the same prompts."""
+    from eagle3kit.data.dataset import build_dataset
+    from eagle3kit.data.loader import held_out_conversations
+    from eagle3kit.draft.config import DraftSpec
+    from eagle3kit.evaluate.acceptance import chat_prompts, continuations, decode, simulate
+    from eagle3kit.train.session import TrainSession
+    from eagle3kit.verifier import load_model, load_tokenizer
+
+    data = tmp_path / "data"
+    build_dataset("smollm2", data, n_conversations=24, seq_length=256, held_out=N_PROMPTS,
+                  draft_vocab_size=2048, progress=False)
+    session = TrainSession(data, DraftSpec(verifier="smollm2", draft_vocab_size=2048, device="cpu", ttt_steps=K),
+                           progress=False, total_seq_len=512, lr=2e-3, max_steps=60, warmup_steps=0,
+                           warm_start_layer=-1)
+    session.run(50)
+    draft_dir = session.export(tmp_path / "draft")
+    prompts = chat_prompts(load_tokenizer(smollm2), held_out_conversations(data), N_PROMPTS, 64)
+    check = serve.check_draft(draft_dir, smollm2.path, [p[0].tolist() for p in prompts], NEW_TOKENS, K)
+    assert check.tau > 1.0 and check.accepted > 0
+    assert check.lossless == len(prompts)
+
+    model, draft = load_model(smollm2), session.model.eval()
+    conts = continuations(model, prompts, NEW_TOKENS, progress=False)
+    sim, loop = simulate(model, draft, prompts, conts, K, progress=False), decode(model, draft, prompts, conts, K,
+                                                                                   progress=False)
+    same = sum(c[: len(o)] == o for c, o in zip(conts, check.outputs_plain, strict=True))
+    print(f"vLLM check (trained, 50 steps): {check.summary()}; eagle3kit tau sim {sim.tau:.3f}, "
+          f"decode loop {loop.tau:.3f}; vLLM == eagle3kit greedy on {same}/{len(prompts)}")
+    assert abs(check.tau - loop.tau) <= 0.05  # the issue's target (measured: 1.059 vs 1.051)
+
+
+@vllm_test
+def test_served_command_answers_an_openai_client_and_stops_clean(untrained, smollm2):
+    import openai
+
+    argv = serve.serve_command(untrained, smollm2.path, K, port=8000)
+    assert argv[:3] == ["vllm", "serve", str(smollm2.path)]
+    assert {"--enforce-eager", "--host"} <= set(argv) and argv[argv.index("--dtype") + 1] == "float32"
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
+        "method": "eagle3", "model": str(untrained.resolve()), "num_speculative_tokens": K}
+    with serve.served(untrained, smollm2.path, K) as url:
+        children = psutil.Process().children(recursive=True)
+        assert children
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+        model = client.models.list().data[0].id
+        reply = client.chat.completions.create(model=model, temperature=0, max_tokens=16,
+                                               messages=[{"role": "user", "content": PROMPTS[0]}])
+        assert reply.choices[0].message.content and reply.usage.completion_tokens > 0
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+            metrics = serve.scrape_spec_metrics(r.read().decode())
+        port = int(url.rsplit(":", 1)[1])
+    print(f"served: {metrics}")
+    assert metrics["drafts"] > 0 and metrics["draft_tokens"] == K * metrics["drafts"]
+    assert len(metrics["accepted_per_pos"]) == K and metrics["accepted"] == sum(metrics["accepted_per_pos"])
+    time.sleep(0.5)
+    left = [p for p in children if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [p.cmdline() for p in left]
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+# ----------------------------------------------------------------------------------------------- bad input
+def test_missing_vllm_env_names_the_command_that_makes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(serve.VENV_VAR, str(tmp_path))
+    with pytest.raises(serve.VllmError, match="make vllm"):
+        serve.vllm_python()
+    with pytest.raises(serve.VllmError, match="make vllm"), serve.served(tmp_path, tmp_path):
+        pass
+
+
+def test_draft_dir_without_config_json(tmp_path):
+    with pytest.raises(serve.VllmInputError, match="no config.json"):
+        serve.check_draft(tmp_path, None, [[1, 2, 3]])
+
+
+def test_draft_for_another_verifier_and_head_dim_vllm_cpu_refuses(tiny_verifier, tmp_path):
+    draft = make_untrained("tiny", tmp_path / "tiny-draft")
+    with pytest.raises(serve.VllmInputError, match="head_dim=16"):
+        serve.check_inputs(draft)
+    other = tmp_path / "other-verifier"
+    other.mkdir()
+    cfg = json.loads((Path(tiny_verifier.path) / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**cfg, "hidden_size": 576, "num_attention_heads": 9}))
+    with pytest.raises(serve.VllmInputError, match="made for the verifier"):
+        serve.check_draft(draft, other, [[1, 2, 3]])
+
+
+def test_install_is_idempotent_once_marked(tmp_path):
+    (tmp_path / serve.MARKER).write_text("{}")
+    t0 = time.perf_counter()
+    assert serve.install_vllm_env(tmp_path) == tmp_path
+    assert time.perf_counter() - t0 < 1.0 and not (tmp_path / "bin").exists()
