@@ -72,26 +72,25 @@ def main() -> None:
     sessions = {name: TrainSession(data, spec, progress=False, total_seq_len=args.total_seq_len, lr=args.lr,
                                    max_steps=args.steps, hidden_states_dtype="bfloat16", warm_start_layer=warm,
                                    optimizer=name) for name in OPTIMIZERS}
-    rows = [(0, name, held_out_metrics(s)) for name, s in sessions.items()]
-    for step in range(1, args.steps + 1):
-        for s in sessions.values():
-            s.step()
-        if step % args.eval_every == 0 or step == args.steps:
-            rows += [(step, name, held_out_metrics(s)) for name, s in sessions.items()]
-
     ttt = next(iter(sessions.values())).ttt_steps
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nverifier {args.verifier}, {len(sessions['adamw'].batches.dataset)} training rows, total_seq_len "
           f"{args.total_seq_len}, draft vocab {args.draft_vocab_size}, bf16 hidden states, lr {args.lr:g}, "
-          f"warm start {warm}, {args.steps} steps each, {args.threads} threads, load average {load}")
-    print("held-out (token-weighted over the held-out rows):")
+          f"warm start {warm}, {args.steps} steps each, {args.threads} threads")
+    print("held-out (token-weighted over the held-out rows), printed as it goes:")
     head = "".join(f"{f'loss_{k}':>9}" for k in range(ttt)) + "".join(f"{f'acc_{k}':>8}" for k in range(ttt))
-    print(f"{'step':>5} {'optimizer':<10}{'loss':>9}{head}")
-    for step, name, m in rows:
-        cells = "".join(f"{m[f'loss_{k}']:>9.4f}" for k in range(ttt))
-        cells += "".join(f"{m[f'full_acc_{k}']:>8.4f}" for k in range(ttt))
-        print(f"{step:>5} {name:<10}{m['loss']:>9.4f}{cells}")
-    print("train (last 10 steps, mean) and speed (median):")
+    print(f"{'step':>5} {'optimizer':<10}{'loss':>9}{head}", flush=True)
+    for step in range(args.steps + 1):
+        if step:
+            for s in sessions.values():
+                s.step()
+        if step % args.eval_every == 0 or step == args.steps:
+            for name, s in sessions.items():
+                m = held_out_metrics(s)
+                cells = "".join(f"{m[f'loss_{k}']:>9.4f}" for k in range(ttt))
+                cells += "".join(f"{m[f'full_acc_{k}']:>8.4f}" for k in range(ttt))
+                print(f"{step:>5} {name:<10}{m['loss']:>9.4f}{cells}", flush=True)
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"train (last 10 steps, mean) and speed (median); load average at the end {load}:")
     for name, s in sessions.items():
         tail = s.history[-10:]
         print(f"  {name:<8} train loss {statistics.mean(r['loss'] for r in tail):.4f}, full_acc_0 "

@@ -5,9 +5,10 @@
 Rows, all on the same ShareGPT prompts (chat template, first user turn cut to --max-prompt-tokens) in one process:
   batch 1 generate        transformers' greedy ``generate``, one prompt at a time (the baseline)
   generate, padded bN     transformers' ``generate`` on left-padded batches (regenerate's path before greedy_batch)
-  greedy_batch bN         eagle3kit's batched loop: preallocated KV cache, finished rows dropped, GQA sdpa
+  greedy_batch bN         eagle3kit.data.generate: up to N rows per forward, each prompt prefilled alone, finished
+                          rows leave and waiting prompts join, preallocated KV cache, GQA sdpa
   greedy_batch bN bf16    the same in bfloat16 (only with --bf16)
-Batched paths take the prompts sorted by length, as regenerate does. The baseline runs half its prompts first and
+Batched paths take the prompts shortest first, as regenerate does. The baseline runs half its prompts first and
 half last, so load that drifts during the run weighs on both alike; still, quote the ratio, not the speeds.
 agree = replies equal token for token to the baseline's; for the others the first differing step and the gap between
 the baseline's two best logits there (a gap near 0 is a floating-point tie, not a bug).
@@ -25,26 +26,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eagle3kit.data import conversations as conv  # noqa: E402
 from eagle3kit.data.generate import greedy_batch  # noqa: E402
+from eagle3kit.data.regenerate import distinct_prompts  # noqa: E402
 from eagle3kit.verifier import load_model, load_tokenizer, resolve  # noqa: E402
 
 
 def prompts(tok, n: int, max_prompt_tokens: int, seed: int = 0) -> list[list[int]]:
-    """Chat-template ids of the first ``n`` ShareGPT prompts, built as regenerate builds them."""
-    out = []
-    for turns in conv.ordered(conv.read(None), seed):
-        head = conv.prompt_turns(turns)
-        if head is None:
-            continue
-        ids = tok(head[-1]["content"], add_special_tokens=False)["input_ids"]
-        if len(ids) > max_prompt_tokens:
-            head[-1]["content"] = tok.decode(ids[:max_prompt_tokens])
-        out.append(tok.apply_chat_template(head, add_generation_prompt=True, tokenize=True,
-                                           return_dict=True)["input_ids"])
-        if len(out) == n:
-            return out
-    raise SystemExit(f"only {len(out)} prompts found")
+    """Chat-template ids of the first ``n`` distinct ShareGPT prompts, exactly as ``regenerate`` builds them."""
+    return [ids for _, ids in distinct_prompts(tok, None, seed, n, max_prompt_tokens)]
 
 
 def cut(row: list[int], eos: int) -> list[int]:
@@ -123,12 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         b = args.hf_batch_size
         plans.append((f"generate, padded b{b}", lambda b=b: batched(lambda x: hf_generate(model, x, n, eos), data, b)))
     for b in map(int, args.batch_sizes.split(",")):
-        plans.append((f"greedy_batch b{b}", lambda b=b: batched(lambda x: greedy_batch(model, x, n, eos), data, b)))
+        plans.append((f"greedy_batch b{b}", lambda b=b: greedy_batch(model, data, n, eos, batch_size=b)))
     if args.bf16:
         half = load_model(v, dtype="bfloat16")
         for b in map(int, args.batch_sizes.split(",")):
             plans.append((f"greedy_batch b{b} bf16",
-                          lambda b=b: batched(lambda x: greedy_batch(half, x, n, eos), data, b)))
+                          lambda b=b: greedy_batch(half, data, n, eos, batch_size=b)))
     for name, fn in plans:
         got, w, c = timed(fn)
         runs.append((name, got, w, c))
@@ -145,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         toks = sum(map(len, got))
         same = sum(g == r for g, r in zip(got, ref, strict=True))
         print(f"{name:<26}{w:>9.1f}{c:>9.1f}{toks:>8}{toks / w:>8.1f}{toks / w / base:>6.2f}x  {same}/{len(data)}")
-    print(f"load after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    print(f"load after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; "
+          f"{sum(len(r) == n for r in ref)}/{len(ref)} baseline replies reached {n} tokens")
     for name, got, _, _ in runs[1:]:
         for i, (g, r) in enumerate(zip(got, ref, strict=True)):
             if g != r:

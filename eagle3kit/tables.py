@@ -2,7 +2,7 @@
 
 Columns without spaces (numbers, names, paths) keep their width; text columns share what is left in proportion to
 the room they would use, never narrower than their longest word (or :data:`MIN_TEXT` characters). When even that
-does not fit, the table is written one block per row instead (``fallback``).
+does not fit, the table is written one block per row instead (``fallback``; :func:`column_blocks` for numeric tables).
 """
 
 from __future__ import annotations
@@ -82,6 +82,11 @@ def format_records(df: pd.DataFrame, width: int | None = None) -> str:
                                    subsequent_indent=INDENT * 2, break_on_hyphens=False)
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def column_blocks(df: pd.DataFrame, width: int) -> str:
+    """pandas' own wrapping: as many whole columns per block as fit ``width`` (for wide numeric tables)."""
+    return df.to_string(index=False, line_width=width)
 
 
 def format_table(df: pd.DataFrame, width: int | None = None,

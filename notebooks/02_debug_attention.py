@@ -51,6 +51,7 @@ from eagle3kit.doctor import seed as story
 from eagle3kit.doctor.attention_checks import SET_ATTN
 from eagle3kit.doctor.facts import with_attention
 from eagle3kit.doctor.plots import plot_timings
+from eagle3kit.doctor.verdict import probe_row, recommendations
 from eagle3kit.doctor.verdict import story as settings_table
 from eagle3kit.draft.config import resolve_device
 from eagle3kit.runner import record_summary
@@ -70,11 +71,11 @@ print(f"one packed batch of {seq_len} tokens (two documents + padding), {ttt_ste
 # %% [markdown]
 # ## 1 · The hand-built config: attention left unset
 #
-# `story.hand_built_config` writes the draft's decoder config as the seed's user did. Nothing sets
-# `_attn_implementation`, so it stays `None`; speculators turns `None` into its own `simple_flex_attention` and builds a
-# BlockMask. The doctor warns about the unset value and, on a CPU, predicts that training fails (flex attention has no
-# backward pass there). Below: the BlockMask the draft built (its 128-token blocks: █ computed, blank skipped), a
-# forward without gradients, then a training step.
+# `story.hand_built_config` (`story` is `eagle3kit.doctor.seed`) writes the draft's decoder config as the seed's user
+# did. Nothing sets `_attn_implementation`, so it stays `None`; speculators turns `None` into its own
+# `simple_flex_attention` and builds a BlockMask. The doctor warns about the unset value and, on a CPU, predicts that
+# training fails (flex attention has no backward pass there). Below: the BlockMask the draft built (its 128-token
+# blocks: █ computed, blank skipped), a forward without gradients, then a training step.
 
 # %%
 print("hand-built _attn_implementation =", repr(replay.config.transformer_layer_config._attn_implementation))
@@ -170,7 +171,7 @@ speed = ran.pivot(index="backend", columns="mode", values="seconds")
 (speed / speed.loc["eager"]).round(2).rename(columns=lambda m: f"{m} (x eager)")
 
 # %%
-rec = story.recommendations(matrix, device)
+rec = recommendations(matrix, device)
 if not device.startswith("cuda"):
     print("skipped: no CUDA (the CUDA row is not measured on this machine; the doctor's rule for CUDA is "
           f"{SET_ATTN.format(impl='simple_flex_attention')!r})")
@@ -178,9 +179,9 @@ for what, impl in rec.items():
     print(f"{what:15s} -> {SET_ATTN.format(impl=impl) if impl else 'no backend ran and matched eager'}")
 
 # %%
-sdpa = story.probe_row(matrix, "sdpa", "forward+backward")
-flex_bwd = story.probe_row(matrix, "simple_flex_attention", "forward+backward")
-hf_flex = story.probe_row(matrix, "flex_attention", "forward")
+sdpa = probe_row(matrix, "sdpa", "forward+backward")
+flex_bwd = probe_row(matrix, "simple_flex_attention", "forward+backward")
+hf_flex = probe_row(matrix, "flex_attention", "forward")
 (workdir / "probe_matrix_02.csv").write_text(matrix.to_csv(index=False))
 print("matrix written to", workdir / "probe_matrix_02.csv")
 record_summary(workdir, "02", device=device, recommended_training=rec.get(f"{device} training"),

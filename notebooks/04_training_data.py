@@ -49,7 +49,7 @@ from IPython.display import display
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.loader import held_out_conversations, make_loader
-from eagle3kit.data.manifest import DataError
+from eagle3kit.data.manifest import DataError, files_table
 from eagle3kit.data.targets import verify_targets
 from eagle3kit.data import plots as data_plots
 from eagle3kit.data.loss_mask_plot import plot_loss_mask
@@ -97,19 +97,16 @@ else:
 
 # %%
 info = build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
-                          draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
-                          source=source)
+                     draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
+                     source=source)
 pd.Series(info.to_dict()).to_frame("value")
 
 # %%
 print("files in", data_dir)
-for p in sorted(data_dir.iterdir()):
-    size = sum(f.stat().st_size for f in p.rglob("*")) if p.is_dir() else p.stat().st_size
-    count = f" ({len(list(p.iterdir()))} files)" if p.is_dir() else ""
-    print(f"  {p.name:<32} {size / 1e6:8.2f} MB{count}")
+display(files_table(data_dir))
 again = build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
-                           draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
-                           source=source, progress=False)
+                      draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
+                      source=source, progress=False)
 print("run again:", again.files)
 
 # %% [markdown]
@@ -183,7 +180,7 @@ batch = next(iter(loader))
 display(pd.DataFrame([{"key": k, "shape": tuple(v.shape), "dtype": str(v.dtype)} for k, v in batch.items()
                       if torch.is_tensor(v)]))
 print(f"{len(loader)} packed batches of {2 * seq_length} tokens")
-data_plots.plot_batch(batch)
+data_plots.plot_batch(batch["document_ids"], loss_mask=batch["loss_mask"])
 
 # %% [markdown]
 # The same packed row as text: where one conversation ends and the next begins (blue bars), which tokens are in the

@@ -54,18 +54,17 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from eagle3kit.train import launch
-from eagle3kit.train.checkpoint import CheckpointError
-from eagle3kit.draft.config import DraftSpec
-from eagle3kit.runner import record_summary
-from eagle3kit.train.session import TrainingDiverged, TrainSession
-from eagle3kit.draft.config import spec_from_saved
 from eagle3kit.data.loader import find_or_build_data
-from eagle3kit.data.manifest import data_draft_vocab_size
-from eagle3kit.data.manifest import data_verifier
+from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
+from eagle3kit.data.plots import plot_batch
+from eagle3kit.draft.config import DraftSpec, spec_from_saved
 from eagle3kit.logs import quiet
-from eagle3kit.train.plots import plot_batch, plot_metrics, plot_step
+from eagle3kit.runner import record_summary
+from eagle3kit.train import launch
+from eagle3kit.train.checkpoint import CheckpointError, resume_matches
 from eagle3kit.train.overfit import overfit, plot_overfit
+from eagle3kit.train.plots import plot_metrics, plot_step
+from eagle3kit.train.session import TrainingDiverged, TrainSession
 from eagle3kit.train.stepper import TrainingStepper
 
 pd.set_option("display.max_colwidth", 100)
@@ -160,12 +159,9 @@ session.history_frame()[cols + ["tokens", "seconds", "tokens_per_s", "lr"]].roun
 checkpoint = session.save(workdir / "checkpoint_05")
 print("checkpoint:", sorted(p.name for p in checkpoint.iterdir()))
 resumed = TrainSession.resume(checkpoint, progress=False)
-a, b2 = session.step(), resumed.step()
-same_loss = a["loss"] == b2["loss"]
-same_weights = all(torch.equal(p, q) for p, q in zip(session.model.state_dict().values(),
-                                                      resumed.model.state_dict().values()))
-print(f"next step after resume: loss {b2['loss']:.6f} vs {a['loss']:.6f} uninterrupted; "
-      f"bit-identical loss: {same_loss}, weights: {same_weights}")
+match = resume_matches(session, resumed)  # one more step in each, then loss and every weight compared
+print(f"next step after resume: loss {match.resumed_loss:.6f} vs {match.loss:.6f} uninterrupted; "
+      f"bit-identical loss: {match.loss == match.resumed_loss}, weights: {match.same_weights}")
 
 # %% [markdown]
 # Two mistakes, caught: resuming a checkpoint into a session with another configuration, and a loss that turns NaN
@@ -261,7 +257,7 @@ else:
 last = session.history[-1]
 record_summary(workdir, "05", steps=session.global_step, loss=round(last["loss"], 4),
                full_acc_0=round(last["full_acc_0"], 4), tokens_per_s=round(last["tokens_per_s"]),
-               resume_bit_exact=bool(same_loss and same_weights), dry_run_fields_equal=bool(table["equal"].all()),
+               resume_bit_exact=match.identical, dry_run_fields_equal=bool(table["equal"].all()),
                overfit_tau=None if check_overfit is None else round(check_overfit.tau, 3),
                overfit_steps=None if check_overfit is None else check_overfit.steps,
                overfit_passed=None if check_overfit is None else check_overfit.passed)

@@ -31,7 +31,8 @@
 #   draft fed the verifier's aux hidden states as vLLM does, one verifier forward per round. Its output must equal
 #   plain greedy decoding token for token.
 #
-# Then it exports the draft in speculators' format and prints the vLLM command that serves it.
+# Then it exports the draft in speculators' format and serves the export in real vLLM: the same prompts, τ from vLLM's
+# own counters, the output unchanged by the draft.
 
 # %% tags=["parameters"]
 verifier = "smollm2"        # used when the data has to be built here
@@ -47,6 +48,7 @@ n_prompts = 4               # held-out prompts for τ
 max_new_tokens = 48         # greedy continuation length per prompt
 max_prompt_tokens = 128     # the user turn is cut to this many tokens
 k = 0                       # draft tokens per round; 0: the draft's ttt_steps
+vllm_check = False          # serve the export in vLLM's CPU build (installed once by `make vllm`) and compare
 seed = 0
 workdir = "../runs/interactive/work"
 
@@ -58,18 +60,17 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from eagle3kit.data.loader import held_out_conversations
-from eagle3kit.evaluate import acceptance as ev
-from eagle3kit.evaluate import conventions
-from eagle3kit.evaluate import export
+from eagle3kit.data.loader import find_or_build_data, held_out_conversations
+from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.draft.model import build_for_data, save_draft
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.evaluate import conventions, export, serve, vllm_compare
+from eagle3kit.evaluate.serve import VllmInputError
+from eagle3kit.evaluate.vllm_env import VllmNotInstalled, vllm_python
 from eagle3kit.runner import record_summary
-from eagle3kit.train.session import TrainSession
-from eagle3kit.data.loader import find_or_build_data
-from eagle3kit.data.manifest import data_draft_vocab_size
-from eagle3kit.data.manifest import data_verifier
 from eagle3kit.train.plots import plot_metrics
+from eagle3kit.train.session import TrainSession
 from eagle3kit.verifier import load_model, load_tokenizer
 
 pd.set_option("display.max_colwidth", 120)
@@ -184,7 +185,7 @@ last = session.history[-1]
 conventions.table(sim["trained"], full_acc=[last[f"full_acc_{i}"] for i in range(session.ttt_steps)])
 
 # %% [markdown]
-# ## Export in speculators' format, reload, serve with vLLM
+# ## Export in speculators' format and reload
 #
 # `config.json` (with `speculators_config`: algorithm, proposal method, verifier) and `model.safetensors` with the
 # draft weights, the frozen embedding and the `d2t`/`t2d` vocab mapping (target id = `i + d2t[i]`). The verifier's
@@ -198,12 +199,43 @@ print(f"reloaded with SpeculatorModel.from_pretrained: {int(check['ok'].sum())}/
 reloaded = export.reload(out)
 same = ev.decode(verifier_model, reloaded, prompts[:1], conts[:1], k, tokenizer.eos_token_id, progress=False)
 print(f"the reloaded draft decodes prompt 0 with τ {same.tau:.3f} (lossless: {same.lossless == 1})")
-for kind, cmd in export.vllm_commands(out, k=k).items():
-    print(f"{kind}:  {cmd}")
+
+# %% [markdown]
+# ## Serve it in vLLM
+#
+# The export is what vLLM reads. With `vllm_check`, vLLM's CPU build (its own environment, `.venv-vllm`, made once by
+# `make vllm`) generates greedily from the same held-out prompts (token ids) twice, with the draft and without it.
+# That proves three things: vLLM loads what eagle3kit exported; it measures the same τ with its own spec-decode
+# counters (close, not always equal: its kernels round differently, so a near tie can go the other way); and the draft
+# leaves the output unchanged (`lossless`). vLLM's per-position rates count the rounds it ran, eagle3kit's simulated
+# ones every start position. The last line is the command that serves the draft on this CPU.
+
+# %%
+try:
+    command = serve.shell_command(serve.serve_command(out, build.verifier.path, k=k))
+except VllmInputError as exc:  # e.g. a head_dim vLLM's CPU attention lacks (the doctor warns about it)
+    command = None
+    print("vLLM's CPU build cannot serve this draft:", exc)
+vllm = None
+if command and not vllm_check:
+    print("skipped: vllm_check = False (install vLLM's CPU build once with `make vllm`, then set vllm_check = True)")
+elif command:
+    try:
+        vllm_python()
+    except VllmNotInstalled as exc:
+        print("skipped:", exc)
+    else:
+        vllm = serve.check_draft(out, build.verifier.path, [p[0].tolist() for p in prompts], max_new_tokens, k=k)
+if vllm is not None:
+    display(vllm_compare.comparison_table(vllm, sim["trained"], real["trained"], conts, n_tokens / greedy_seconds))
+if command:
+    print("serve it:", command)
 
 # %%
 record_summary(workdir, "06", tau_untrained=round(sim["untrained"].tau, 3), tau_trained=round(sim["trained"].tau, 3),
                tau_decode_untrained=round(real["untrained"].tau, 3), tau_decode_trained=round(real["trained"].tau, 3),
                lossless=all(r.lossless == r.prompts for r in real.values()), k=k,
                train_steps_06=train_steps, train_steps_total=session.global_step,
-               train_seconds_06=round(train_seconds), export=str(out))
+               train_seconds_06=round(train_seconds), export=str(out),
+               tau_vllm=None if vllm is None else round(vllm.tau, 3),
+               vllm_lossless=None if vllm is None else vllm.lossless == len(prompts))

@@ -54,7 +54,8 @@ def test_only_generated_options_carry_a_field_name(command):
     assert not leaks
 
 
-def test_cli_config_builds_the_spec_it_was_given(capsys):
+def test_cli_config_builds_the_spec_it_was_given(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # wide enough that no cell wraps
     assert main(["config", "--verifier", "tiny", "--device", "cpu", "--ttt-steps", "2", "--attn", "eager"]) == 0
     out = capsys.readouterr().out
     assert "eager" in out and "chosen by you" in out
@@ -137,3 +138,56 @@ def test_only_eagle3kit_diagnosed_value_errors_count_as_user_errors():
     with pytest.raises(ValueError) as theirs:  # raised inside a library: a bug to report, with its traceback
         json.loads("{")
     assert not is_user_error(theirs.value)
+
+
+@pytest.mark.parametrize("argv", [["config", "--verifier", "tiny", "--device", "cpu", "--counts"],
+                                  ["doctor", "--verifier", "tiny", "--attn", "unset", "--seq-len", "300"],
+                                  ["masks", "--lengths", "300,100,77", "--ttt-steps", "4"]])
+def test_tables_fit_an_80_column_terminal(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    main(argv)
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) > 5
+    assert not [line for line in out.splitlines() if len(line) > 80]
+
+
+def test_overfit_options_are_the_functions_defaults():
+    import inspect
+
+    from eagle3kit.train.overfit import overfit
+
+    args = build_parser("overfit").parse_args(["overfit", "--warm-start-layer", "none"])
+    defaults = {n: p.default for n, p in inspect.signature(overfit).parameters.items()}
+    assert args.warm_start_layer is None and args.out_dir == defaults["out_dir"]
+    assert {n: getattr(args, n) for n in ("steps", "k", "lr", "threshold", "draft_vocab_size")} == {
+        n: defaults[n] for n in ("steps", "k", "lr", "threshold", "draft_vocab_size")}
+
+
+def test_overfit_that_fails_exits_1_naming_a_wiring_bug(tiny_verifier, tmp_path, capsys):
+    """A real run too short to learn (1 step at lr 1e-7, random init): the verdict, exit 1."""
+    assert main(["overfit", "--verifier", "tiny", "--out", str(tmp_path), "--steps", "1", "--lr", "1e-7",
+                 "--reply-tokens", "24", "--warm-start-layer", "none"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "FAILED" in out and "of a possible 4" in out and "wiring bug" in out
+
+
+def test_install_vllm_of_a_finished_environment_returns_at_once(tmp_path, capsys):
+    from eagle3kit.evaluate.vllm_env import MARKER
+
+    (tmp_path / MARKER).write_text("{}")
+    assert main(["install-vllm", "--path", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path)
+
+
+def test_vllm_check_user_errors_are_one_line(smollm2, tmp_path, capsys, monkeypatch):
+    """A draft dir without config.json; a real (SmolLM2) draft config with no prompts, then no vLLM environment."""
+    from eagle3kit.draft.config import build_config, save_config
+    from eagle3kit.evaluate.vllm_env import VENV_VAR
+
+    assert "no config.json" in one_line_error(capsys, ["vllm-check", "--draft", str(tmp_path / "nothing")])
+    draft = save_config(build_config(verifier="smollm2", ttt_steps=2, device="cpu"), tmp_path / "draft")
+    monkeypatch.setenv(VENV_VAR, str(tmp_path / "no-env"))
+    err = one_line_error(capsys, ["vllm-check", "--draft", str(draft), "--data", str(tmp_path)])
+    assert "no held-out conversations" in err and "--prompt TEXT" in err
+    err = one_line_error(capsys, ["vllm-check", "--draft", str(draft), "--prompt", "Hi"])
+    assert "make vllm" in err and str(tmp_path / "no-env") in err

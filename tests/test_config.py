@@ -8,6 +8,9 @@ import torch
 from eagle3kit.draft import config as dc
 from eagle3kit.draft.model import build_model
 from eagle3kit.draft import report
+from eagle3kit.errors import UserError
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_build_both_archs_and_run_forward(tiny_verifier, arch):
     build = dc.build_config(verifier="tiny", draft_arch=arch, ttt_steps=2)
@@ -40,7 +43,7 @@ def test_auto_attention_rule():
     assert "backward" in dc.resolve_attention("auto", "cpu", True).reason
     assert dc.resolve_attention("auto", "cpu", False).implementation == "sdpa"
     assert dc.resolve_attention("eager", "cpu", True).source == "user"
-    with pytest.raises(ValueError, match="not registered"):
+    with pytest.raises(UserError, match="not registered.*`--attn sdpa`"):
         dc.resolve_attention("flash_attention_9", "cpu", True)
 
 
@@ -89,9 +92,9 @@ def test_presets_build_on_meta_with_counts():
 
 
 def test_bad_settings_are_one_sentence():
-    with pytest.raises(ValueError, match="aux_layer_ids"):
+    with pytest.raises(UserError, match="aux_layer_ids"):
         dc.build_config(verifier="tiny", aux_layer_ids=[2, 2, 40])
-    with pytest.raises(ValueError, match="draft_arch"):
+    with pytest.raises(UserError, match="draft_arch.*`--draft-arch llama`"):
         dc.build_config(verifier="tiny", draft_arch="mistral")
     with pytest.raises(TypeError, match="Unknown draft setting"):
         dc.build_config(verifier="tiny", hidden=3)

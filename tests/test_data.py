@@ -29,7 +29,8 @@ from eagle3kit.data.conversations import HELD_OUT
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import bad_files, remake_command, require_healthy
 from eagle3kit.data.loader import held_out_conversations, held_out_prompts, load_vocab_mapping, make_loader
-from eagle3kit.data.manifest import DataError, MANIFEST, read_manifest
+from eagle3kit.data.manifest import DataError, MANIFEST, files_table, read_manifest
+from eagle3kit.data.plots import plot_batch
 from eagle3kit.data.targets import verify_targets
 from eagle3kit.verifier import load_tokenizer
 
@@ -84,6 +85,26 @@ def test_loader_through_speculators(built):
     assert docs[0] == 0 and (docs >= -1).all()
     # every sample shows up exactly once over the epoch, shifted by one token (eagle3 shift_batch)
     assert sum(int((b["document_ids"] >= 0).sum()) for b in batches) == info.tokens - info.n_samples
+
+
+def test_files_table_lists_what_the_directory_holds(built):
+    out, info = built
+    table = files_table(out).set_index("name")
+    assert table.loc["hidden_states/", "files"] == info.n_samples
+    assert table.loc[MANIFEST, "files"] == 1 and table.loc[MANIFEST, "MB"] >= 0
+    sizes = sum(f.stat().st_size for f in (out / "hidden_states").iterdir())
+    assert table.loc["hidden_states/", "MB"] == round(sizes / 1e6, 2) > 0
+
+
+def test_plot_batch_draws_the_mask_or_the_documents_and_loss_mask(built):
+    out, _ = built
+    batch = next(iter(make_loader(out, total_seq_len=256)))
+    strip = plot_batch(batch["document_ids"], loss_mask=batch["loss_mask"])
+    assert [t.get_text() for t in strip.axes[0].get_yticklabels()] == ["document", "loss mask"]
+    thumbnail = plot_batch(batch["document_ids"], ttt_steps=3)  # 256 tokens: a multiple of 128
+    assert len(thumbnail.axes) == 2 and "x 3 TTT steps" in thumbnail.axes[0].get_title()
+    ragged = plot_batch(batch["document_ids"][:, :200], ttt_steps=3, loss_mask=batch["loss_mask"][:, :200])
+    assert len(ragged.axes) == 1 and ragged.axes[0].get_title().endswith("of 200 tokens used")  # the strip
 
 
 def test_vocab_mapping(built, tiny_verifier):

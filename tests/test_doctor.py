@@ -60,9 +60,22 @@ def test_clean_config_and_model_have_no_errors(build, model):
     for subject in (build, build.config, model):
         findings = check(subject, batch=batch, device="cpu", loss="eager")
         assert not has_errors(findings), format_findings(findings)
-    assert check(model, batch=batch, device="cpu", loss="eager") == []
+    found = check(model, batch=batch, device="cpu", loss="eager")
+    assert [f.check for f in found] == ["serving"], format_findings(found)  # tiny's head_dim 16: vLLM CPU only
     tokens, loss, _ = model(**batch, ttt_steps=3, loss_config=EAGER)  # and the clean setup really trains
     loss.backward()
+
+
+def test_a_head_size_vllms_cpu_build_cannot_serve_is_a_warning(build):
+    found = [f for f in check(build.config, device="cpu", loss="eager") if f.check == "serving"]
+    assert [(f.severity, f.what) for f in found] == [
+        ("warning", "vLLM's CPU build cannot serve head_dim=16; GPU vLLM can")]
+    assert found[0].why.startswith("the draft's and the verifier's head_dim is 16") and "GPU" in found[0].fix
+    llama = build_config(verifier="llama-3.1-8b", device="cpu").config  # head_dim 128: vLLM's CPU build serves it
+    assert not [f for f in check(llama, device="cpu", loss="eager") if f.check == "serving"]
+    llama.transformer_layer_config.head_dim = 48  # the draft alone
+    found = [f for f in check(llama, device="cpu", loss="eager") if f.check == "serving"]
+    assert [f.why.split(";")[0] for f in found] == ["the draft's head_dim is 48"]
 
 
 def test_findings_render_as_table_and_text(build):
@@ -229,9 +242,10 @@ def test_data_dir_check_on_a_real_directory(tmp_path, tiny_verifier):
 def test_cli_doctor_exit_code(capsys):
     assert cli.main(["doctor", "--verifier", "tiny", "--device", "cpu"]) == 0
     assert cli.main(["doctor", "--verifier", "tiny", "--device", "cpu", "--model", "--loss", "eager"]) == 0
-    assert "no findings" in capsys.readouterr().out
+    out = capsys.readouterr().out  # the tiny verifier's only finding: a head size vLLM's CPU build lacks
+    assert "vLLM's CPU build cannot serve head_dim=16" in out and "[ERROR]" not in out
     assert cli.main(["doctor", "--verifier", "tiny", "--device", "cpu", "--attn", "unset"]) == 1
-    assert "flex_backward_cpu" in capsys.readouterr().out
+    assert "simple_flex_attention with gradients on cpu" in capsys.readouterr().out  # flex_backward_cpu
     assert cli.main(["doctor", "--verifier", "tiny", "--device", "cpu", "--attn", "flex_attention",
                      "--no-training", "--long"]) == 1
     assert "[ERROR] the draft builds a bool dense mask" in capsys.readouterr().out

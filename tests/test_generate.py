@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle3kit.data.generate import greedy_batch
+from eagle3kit.data.generate import greedy_batch, greedy_replies
 from eagle3kit.verifier import load_model, load_tokenizer
 
 PROMPTS = ["Hi", "What is the capital of France? Answer in one long sentence please.", "Write a haiku about rain.",
@@ -30,12 +30,13 @@ def _batch1(model, prompt: list[int], n: int, eos: int) -> list[int]:
     return out[: out.index(eos)] if eos in out else out
 
 
-def test_batched_equals_batch1_greedy(tiny):
+@pytest.mark.parametrize("batch_size", [5, 2])  # 2: rows end and waiting prompts join a running batch
+def test_batched_equals_batch1_greedy(tiny, batch_size):
     model, prompts = tiny
     assert len({len(p) for p in prompts}) > 1  # left padding is exercised
     eos = 2
     want = [_batch1(model, p, 12, eos) for p in prompts]
-    assert greedy_batch(model, prompts, 12, eos) == want
+    assert greedy_batch(model, prompts, 12, eos, batch_size=batch_size) == want
     assert model.config._attn_implementation == "sdpa"  # the GQA attention is switched back afterwards
 
 
@@ -49,16 +50,18 @@ def test_a_row_that_ends_early_stops_alone(tiny):
     want = [_batch1(model, p, n, stop) for p in prompts]
     assert want[0] == free[0][: free[0].index(stop)] and len(want[0]) <= 3
     assert any(len(w) == n for w in want)  # some row does not stop and runs on after row 0 left the batch
-    got = greedy_batch(model, prompts, n, eos_token_id=[stop, -1])
-    assert got == want
+    assert greedy_batch(model, prompts, n, eos_token_id=[stop, -1]) == want
+    assert greedy_batch(model, prompts, n, eos_token_id=[stop, -1], batch_size=2) == want
     assert greedy_batch(model, prompts, 1, eos_token_id=-1) == [r[:1] for r in free]
 
 
 def test_bad_input_is_a_clear_error(tiny):
     model, prompts = tiny
-    with pytest.raises(ValueError, match="no prompts"):
+    with pytest.raises(ValueError, match="No prompts"):
         greedy_batch(model, [], 8, 2)
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+    with pytest.raises(ValueError, match="max_new_tokens and batch_size must be >= 1"):
         greedy_batch(model, prompts, 0, 2)
-    with pytest.raises(ValueError, match="empty prompt"):
+    with pytest.raises(ValueError, match="A prompt is empty"):
         greedy_batch(model, [prompts[0], []], 8, 2)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        greedy_replies(model, prompts, 8, 2, batch_size=0)  # raised at the call, not at the first next()

@@ -9,6 +9,7 @@ import yaml
 
 from eagle3kit.cli import main
 from eagle3kit.draft.config import build_config
+from eagle3kit.errors import UserError
 from eagle3kit.train import launch
 from eagle3kit.train.loop import optimizer_args
 from eagle3kit.train.session import TrainSettings
@@ -55,7 +56,7 @@ def test_yaml_carries_the_muon_optimizer(build, tiny_data, tmp_path):
 
 def test_flex_length_trap_is_refused(build, tiny_data, tmp_path):
     settings = TrainSettings(total_seq_len=300).resolved("cpu")
-    with pytest.raises(ValueError, match="not a multiple of 128.*e.g. 384"):
+    with pytest.raises(UserError, match="not a multiple of 128.*e.g. `--total-seq-len 384`"):
         launch.write_plan(build, settings, tiny_data, tmp_path)
     plan = launch.write_plan(build, settings, tiny_data, tmp_path, attn_implementation="sdpa")
     assert plan.config.draft.draft_attn_impl == "sdpa"
@@ -64,7 +65,7 @@ def test_flex_length_trap_is_refused(build, tiny_data, tmp_path):
 def test_unknown_yaml_key_is_refused(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("train:\n  verifier:\n    verifier_name_or_path: x\n  optimiser: adamw\n")
-    with pytest.raises(ValueError, match="unrecognised keys"):
+    with pytest.raises(UserError, match="unrecognised keys"):
         launch.validate_yaml(path)
 
 

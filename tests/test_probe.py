@@ -10,7 +10,7 @@ import torch
 from eagle3kit import cli
 from eagle3kit.doctor import probe
 from eagle3kit.doctor.plots import plot_timings
-from eagle3kit.doctor.verdict import recommend
+from eagle3kit.doctor.verdict import probe_row, recommend, recommendations
 from eagle3kit.errors import UserError
 
 
@@ -23,9 +23,9 @@ def matrix():
 
 
 def _row(matrix, backend, mode, seq_len=128):
-    rows = matrix[(matrix.backend == backend) & (matrix["mode"] == mode) & (matrix.seq_len == seq_len)]
-    assert len(rows) == 1
-    return rows.iloc[0]
+    row = probe_row(matrix, backend, mode, seq_len)
+    assert row is not None, f"no {backend} / {mode} / {seq_len} row"
+    return row
 
 
 def test_eager_and_sdpa_train_with_equal_loss(matrix):
@@ -61,6 +61,10 @@ def test_blockmask_length_error_row(matrix):
 def test_recommendation_and_chart_come_from_the_rows(matrix):
     assert recommend(matrix, training=True) in ("eager", "sdpa")
     assert recommend(matrix, training=False) in ("eager", "sdpa", "simple_flex_attention")
+    assert recommendations(matrix, "cpu") == {"cpu training": recommend(matrix, training=True),
+                                              "cpu inference": recommend(matrix, training=False)}
+    assert probe_row(matrix, "eager", "forward").seq_len == 128  # default: the matrix's first length
+    assert probe_row(matrix, "no-such-backend", "forward") is None
     fig = plot_timings(matrix)
     assert len(fig.axes[0].patches) == len(matrix)
     failed = matrix[matrix.status != "ok"]

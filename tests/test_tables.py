@@ -11,7 +11,7 @@ import pytest
 from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.findings import Finding, findings_table, format_findings, to_frame
 from eagle3kit.draft.config import build_config
-from eagle3kit.tables import column_widths, format_records, format_table
+from eagle3kit.tables import column_blocks, column_widths, format_records, format_table
 
 LONG = ("speculators extends the BlockMask by whole blocks of 128 tokens, so the second TTT step fails with "
         "'block_mask was created for a larger length' when total_seq_len is not a multiple of 128")
@@ -81,3 +81,14 @@ def test_columns_that_cannot_fit_fall_back_to_blocks():
     assert text == format_records(df, 40) and text.startswith("error\n    check: c")
     assert_fits(text, 40)
     assert findings_table([Finding("error", "w", "y", "z" * 60)], 40).startswith("[ERROR] w")
+
+
+def test_wide_numeric_tables_fall_back_to_column_blocks():
+    """A training history with many per-TTT-step columns: whole columns per block, every number kept."""
+    df = pd.DataFrame({"step": [1, 2], "loss": [3.2, 2.9],
+                       **{f"full_acc_{k}": [0.1 * k, 0.2 * k] for k in range(8)}, "tokens_per_s": [512.5, 530.1]})
+    assert column_widths(df, 80) is None
+    text = format_table(df, 80, fallback=column_blocks)
+    assert_fits(text, 80)
+    assert text == column_blocks(df, 80) and text.count("step") == 1 and "full_acc_7" in text and "530.1" in text
+    assert format_table(df, 400, fallback=column_blocks) == format_table(df, 400)  # fits: the fallback is unused

@@ -17,13 +17,14 @@ from speculators.model import SpeculatorModel
 from eagle3kit.cli import main
 from eagle3kit.data.loader import make_loader
 from eagle3kit.data.manifest import DataError
+from eagle3kit.data.plots import plot_batch
 from eagle3kit.draft.config import DraftSpec, build_config, save_config, spec_from_saved
 from eagle3kit.errors import UserError
 from eagle3kit.presets import NOTEBOOKS, parameters
 from eagle3kit.runner import NOTEBOOK_DIR
 from eagle3kit.train.checkpoint import CheckpointError, read_session
 from eagle3kit.train.loop import PlainLoop
-from eagle3kit.train.plots import plot_batch, plot_metrics, plot_step
+from eagle3kit.train.plots import plot_metrics, plot_step
 from eagle3kit.train.session import TrainingDiverged, TrainSession
 
 from conftest import TINY_DATA_SEQ as SEQ

@@ -1,10 +1,12 @@
-"""Batched greedy decoding: many prompts per forward, each row stopping on its own.
+"""Batched greedy decoding: many replies per forward, each row stopping on its own, new prompts joining as rows end.
 
-``greedy_batch`` writes the verifier's greedy continuation of each prompt with one forward per new token for the
-whole batch: prompts are left-padded, positions follow each row's own tokens (cumsum of the mask - 1), keys and values
-live in a preallocated cache, and a row that emits an end token leaves the batch (its cache rows are dropped, and
-padding columns no remaining row needs are cut off), so finished rows cost nothing afterwards. The result equals
-batch-1 greedy ``model.generate`` except where two logits tie to floating-point precision (see ``bench/regenerate.py``).
+:func:`greedy_replies` decodes up to ``batch_size`` prompts together, one forward per new token for all of them. Each
+prompt is prefilled alone (no padding: its first token comes from exactly the forward batch-1 decoding runs) and its
+keys and values join a right-aligned cache (left padding, masked; each row keeps its own positions). A row that emits
+an end token or reaches ``max_new_tokens`` leaves at once (its cache rows, and the padding columns no remaining row
+needs, are dropped) and waiting prompts take the free places. Prompts are taken shortest first, so rows that decode
+together have similar lengths. Replies equal batch-1 greedy ``generate`` except where two logits tie to floating-point
+precision: batched matrix products round differently (``bench/regenerate.py`` measures the agreement).
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ _SDPA_GQA = "eagle3kit_sdpa_gqa"
 
 
 def _sdpa_gqa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """transformers' sdpa attention without copying the key/value heads for grouped queries (``enable_gqa``).
+    """transformers' sdpa attention without copying key/value heads for grouped queries (``enable_gqa``).
 
-    transformers repeats the cached keys and values (3 -> 9 heads for SmolLM2) at every step when a padding mask is
-    present; that copy of the whole cache was ~1/3 of a decode step at batch 16 on CPU."""
+    With a padding mask transformers repeats the cached keys and values (3 -> 9 heads for SmolLM2) at every step; that
+    copy of the whole cache was ~1/3 of a decode step at batch 16 on CPU."""
     causal = query.shape[2] > 1 and attention_mask is None
     out = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, scale=scaling, is_causal=causal,
@@ -37,110 +39,164 @@ ALL_MASK_ATTENTION_FUNCTIONS.register(_SDPA_GQA, sdpa_mask)
 
 
 @contextmanager
-def _gqa_attention(model) -> Iterator[None]:
-    """Use :func:`_sdpa_gqa` while inside when the model runs transformers' ``sdpa`` (restored afterwards)."""
+def _decoding(model) -> Iterator[None]:
+    """Inference mode, and :func:`_sdpa_gqa` in place of the model's ``sdpa`` attention (restored on exit)."""
     before = model.config._attn_implementation
-    if before != "sdpa":
-        yield
-        return
-    model.config._attn_implementation = _SDPA_GQA
-    try:
-        yield
-    finally:
-        model.config._attn_implementation = before
+    with torch.inference_mode():
+        if before == "sdpa":
+            model.config._attn_implementation = _SDPA_GQA
+        try:
+            yield
+        finally:
+            model.config._attn_implementation = before
 
 
 class _BufferLayer(DynamicLayer):
-    """A cache layer that writes into a buffer allocated once (``capacity`` positions), not ``torch.cat`` per step."""
+    """A cache layer over buffers allocated up front: a step writes one column instead of ``torch.cat``-ing all."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
         super().__init__()
-        self.capacity = capacity
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._set(keys, values, length)
+
+    def _set(self, k_buf: torch.Tensor, v_buf: torch.Tensor, length: int) -> None:
+        self.k_buf, self.v_buf, self.length = k_buf, v_buf, length
+        self.keys, self.values = k_buf[:, :, :length], v_buf[:, :, :length]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            b, h, _, d = key_states.shape
-            self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
-            self.k_buf = key_states.new_empty(b, h, self.capacity, d)
-            self.v_buf = value_states.new_empty(b, h, self.capacity, d)
-            self.length = 0
         end = self.length + key_states.shape[-2]
-        if end > self.k_buf.shape[-2]:
-            raise RuntimeError(f"cache capacity {self.k_buf.shape[-2]} exceeded ({end} positions)")
         self.k_buf[:, :, self.length:end] = key_states
         self.v_buf[:, :, self.length:end] = value_states
-        self.length = end
-        self.keys, self.values = self.k_buf[:, :, :end], self.v_buf[:, :, :end]
+        self._set(self.k_buf, self.v_buf, end)
         return self.keys, self.values
 
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.k_buf, self.v_buf = self.k_buf[indices], self.v_buf[indices]
-        self.keys, self.values = self.k_buf[:, :, :self.length], self.v_buf[:, :, :self.length]
-
-    def drop_front(self, n: int) -> None:
-        """Forget the first ``n`` positions (padding that no remaining row attends to)."""
-        self.k_buf, self.v_buf, self.length = self.k_buf[:, :, n:], self.v_buf[:, :, n:], self.length - n
-        self.keys, self.values = self.k_buf[:, :, :self.length], self.v_buf[:, :, :self.length]
+    def select(self, rows: torch.Tensor, front: int) -> None:
+        """Keep ``rows`` and drop the first ``front`` columns (padding that no kept row attends to)."""
+        self._set(self.k_buf[rows, :, front:], self.v_buf[rows, :, front:], self.length - front)
 
 
-def _check(prompts: Sequence[Sequence[int]], max_new_tokens: int) -> None:
+class _Batch:
+    """The rows being decoded: right-aligned cache, attention mask, next position and reply of each row."""
+
+    def __init__(self, model, max_new_tokens: int, eos: set[int]):
+        self.model, self.max_new_tokens, self.eos = model, max_new_tokens, eos
+        self.index: list[int] = []  # prompt index of each row
+        self.replies: list[list[int]] = []
+        self.layers: list[_BufferLayer] = []
+        self.mask = torch.zeros(0, 0, dtype=torch.long, device=model.device)
+        self.pos = torch.zeros(0, dtype=torch.long, device=model.device)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def admit(self, items: list[tuple[int, Sequence[int]]]) -> list[tuple[int, list[int]]]:
+        """Prefill each prompt alone and add it as a row; returns the replies already finished by the first token."""
+        model, dev, done, new = self.model, self.model.device, [], []
+        for i, prompt in items:
+            cache = DynamicCache(config=model.config)
+            logits = model(input_ids=torch.tensor([list(prompt)], device=dev), past_key_values=cache,
+                           use_cache=True, logits_to_keep=1).logits
+            first = int(logits[0, -1].argmax())
+            if first in self.eos or self.max_new_tokens == 1:
+                done.append((i, [] if first in self.eos else [first]))
+            else:
+                new.append((i, first, cache))
+        if not new:
+            return done
+        old, width = len(self), self.mask.shape[1]
+        new_width = max([width] + [c.get_seq_length() for _, _, c in new])
+        mask = self.mask.new_zeros(old + len(new), new_width)
+        mask[:old, new_width - width:] = self.mask
+        for r, (_, _, c) in enumerate(new, old):
+            mask[r, new_width - c.get_seq_length():] = 1
+        layers = []
+        for j in range(len(new[0][2].layers)):
+            k0 = new[0][2].layers[j].keys
+            shape = (old + len(new), k0.shape[1], new_width + self.max_new_tokens, k0.shape[3])
+            k, v = k0.new_zeros(shape), k0.new_zeros(shape)
+            if old:
+                k[:old, :, new_width - width:new_width] = self.layers[j].keys
+                v[:old, :, new_width - width:new_width] = self.layers[j].values
+            for r, (_, _, c) in enumerate(new, old):
+                n = c.get_seq_length()
+                k[r, :, new_width - n:new_width] = c.layers[j].keys[0]
+                v[r, :, new_width - n:new_width] = c.layers[j].values[0]
+            layers.append(_BufferLayer(k, v, new_width))
+        self.layers, self.mask = layers, mask
+        self.pos = torch.cat([self.pos, torch.tensor([c.get_seq_length() for _, _, c in new], device=dev)])
+        self.index += [i for i, _, _ in new]
+        self.replies += [[t] for _, t, _ in new]
+        return done
+
+    def step(self) -> list[tuple[int, list[int]]]:
+        """One forward for every row; returns the replies that ended, and drops their rows."""
+        tok = torch.tensor([r[-1] for r in self.replies], device=self.mask.device)
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self), 1)], dim=1)
+        cache = DynamicCache()
+        cache.layers = self.layers
+        logits = self.model(input_ids=tok[:, None], attention_mask=self.mask, position_ids=self.pos[:, None],
+                            past_key_values=cache, use_cache=True).logits
+        self.pos = self.pos + 1
+        done, keep = [], []
+        for r, t in enumerate(logits[:, -1].argmax(-1).tolist()):
+            if t not in self.eos:
+                self.replies[r].append(t)
+            if t in self.eos or len(self.replies[r]) == self.max_new_tokens:
+                done.append((self.index[r], self.replies[r]))
+            else:
+                keep.append(r)
+        if done:
+            rows = torch.tensor(keep, dtype=torch.long, device=self.mask.device)
+            self.index, self.replies = [self.index[r] for r in keep], [self.replies[r] for r in keep]
+            self.mask, self.pos = self.mask[rows], self.pos[rows]
+            front = int(self.mask.any(0).int().argmax()) if keep else 0  # padding columns no kept row needs
+            self.mask = self.mask[:, front:]
+            for layer in self.layers:
+                layer.select(rows, front)
+        return done
+
+
+def greedy_replies(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | Sequence[int],
+                   batch_size: int = 32) -> Iterator[tuple[int, list[int]]]:
+    """Yield ``(prompt index, reply token ids)`` as each greedy reply finishes (in no fixed order).
+
+    A reply ends before the first id in ``eos_token_id`` (left out) or after ``max_new_tokens`` ids. Up to
+    ``batch_size`` rows decode together; a place that frees up is refilled once a quarter of the batch is free."""
+    _check(prompts, max_new_tokens, batch_size)
+    return _replies(model, prompts, max_new_tokens,
+                    {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id), batch_size)
+
+
+def _check(prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int) -> None:
     if len(prompts) == 0:
-        raise ValueError("greedy_batch got no prompts; pass a non-empty list of token-id lists.")
+        raise ValueError("No prompts to generate from; pass a non-empty list of token-id lists.")
     if any(len(p) == 0 for p in prompts):
-        raise ValueError("greedy_batch got an empty prompt; every prompt needs at least one token id.")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1 (got {max_new_tokens}).")
+        raise ValueError("A prompt is empty; every prompt needs at least one token id.")
+    if max_new_tokens < 1 or batch_size < 1:
+        raise ValueError(f"max_new_tokens and batch_size must be >= 1 (got {max_new_tokens} and {batch_size}).")
 
 
-def greedy_batch(model, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                 eos_token_id: int | Sequence[int], pad_token_id: int | None = None) -> list[list[int]]:
-    """Greedy continuation of each prompt (token ids), cut before its first end token; one batch, in input order.
+def _replies(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: set[int],
+             batch_size: int) -> Iterator[tuple[int, list[int]]]:
+    waiting = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)  # pop() = shortest
+    batch = _Batch(model, max_new_tokens, eos)
+    while waiting or len(batch):
+        free = batch_size - len(batch)
+        if waiting and (free >= max(1, batch_size // 4) or not len(batch)):
+            take = [waiting.pop() for _ in range(min(free, len(waiting)))]
+            with _decoding(model):
+                finished = batch.admit([(i, prompts[i]) for i in take])
+            yield from finished
+        if len(batch):
+            with _decoding(model):
+                finished = batch.step()
+            yield from finished
 
-    A row stops at an id in ``eos_token_id`` (not included in its result) or after ``max_new_tokens`` ids."""
-    _check(prompts, max_new_tokens)
-    with torch.inference_mode(), _gqa_attention(model):
-        return _greedy(model, prompts, max_new_tokens, eos_token_id, pad_token_id)
 
-
-def _greedy(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | Sequence[int],
-            pad_token_id: int | None) -> list[list[int]]:
-    eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
-    pad = 0 if pad_token_id is None else pad_token_id  # masked out: any valid id
-    device = model.device
-    width = max(map(len, prompts))
-    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-    cache = DynamicCache()
-    n_layers = model.config.get_text_config().num_hidden_layers
-    cache.layers = [_BufferLayer(width + max_new_tokens) for _ in range(n_layers)]
-    eos = eos.to(device)
-    rows = list(range(len(prompts)))  # the prompt index of each row still in the batch
+def greedy_batch(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | Sequence[int],
+                 batch_size: int = 32) -> list[list[int]]:
+    """The greedy reply of each prompt (see :func:`greedy_replies`), in the prompts' order."""
     out: list[list[int]] = [[] for _ in prompts]
-    pos = torch.tensor([len(p) for p in prompts], device=device)  # position of each row's next token
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-    for step in range(max_new_tokens):
-        tok = logits.argmax(-1)
-        done = torch.isin(tok, eos)
-        for r, t, d in zip(rows, tok.tolist(), done.tolist(), strict=True):
-            if not d:
-                out[r].append(t)
-        if step == max_new_tokens - 1:
-            break
-        if bool(done.any()):
-            keep = (~done).nonzero().squeeze(1)
-            if keep.numel() == 0:
-                break
-            rows = [rows[i] for i in keep.tolist()]
-            cache.batch_select_indices(keep)
-            tok, pos, mask = tok[keep], pos[keep], mask[keep]
-            front = int(mask.any(0).int().argmax())  # leading columns that are padding in every remaining row
-            if front:
-                mask = mask[:, front:]
-                for layer in cache.layers:
-                    layer.drop_front(front)
-        mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
-        logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos[:, None],
-                       past_key_values=cache, use_cache=True).logits[:, -1]
-        pos = pos + 1
+    for i, reply in greedy_replies(model, prompts, max_new_tokens, eos_token_id, batch_size):
+        out[i] = reply
     return out

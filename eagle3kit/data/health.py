@@ -4,8 +4,9 @@ makes the bad ones again, see :func:`eagle3kit.data.dataset.build_dataset`).
 
 A file is bad when it is missing, its safetensors header is unreadable (a cut-off write), its token ids differ from
 its dataset row, its shape is not ``[seq, n_aux + 1, hidden]``, or it holds a NaN or an infinity. The check reads
-every file once (about 10 ms for a 64-sample SmolLM2 directory of 512-token rows), so training runs it before its
-first step and ``eagle3kit doctor --data DIR`` runs it too.
+every file once (measured on 2 cores at load average ~12: 0.18 s for the tests' 12-file tiny directory, 0.53 s for
+24 SmolLM2 files of 256 tokens, 53 MB), so training runs it before its first step and ``eagle3kit doctor --data DIR``
+runs it too.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The eagle3kit manifest of a data directory: verifier identity, aux layer ids, settings, counts.
+"""The eagle3kit manifest of a data directory: verifier identity, aux layer ids, settings, counts; what it holds.
 
 A directory made with another verifier or other aux layers is refused with a clear message.
 """
@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
+
+import pandas as pd
 
 from eagle3kit.errors import UserError
 from eagle3kit.verifier import Verifier, resolve
@@ -76,3 +78,14 @@ def data_draft_vocab_size(data_dir: str | os.PathLike) -> int | None:
     """The draft vocab size the data directory has a mapping for, when it has exactly one (else None)."""
     sizes = list(check_compatible(data_dir).get("vocab") or {})
     return int(sizes[0]) if len(sizes) == 1 else None
+
+
+def files_table(data_dir: str | os.PathLike) -> pd.DataFrame:
+    """What a data directory holds: one row per top-level entry (a folder's name ends in ``/``), with its size in
+    MB and how many files it is."""
+    rows = []
+    for p in sorted(Path(data_dir).iterdir()):
+        files = [f for f in p.rglob("*") if f.is_file()] if p.is_dir() else [p]
+        rows.append({"name": p.name + "/" * p.is_dir(), "MB": round(sum(f.stat().st_size for f in files) / 1e6, 2),
+                     "files": len(files)})
+    return pd.DataFrame(rows, columns=["name", "MB", "files"])

@@ -1,31 +1,23 @@
-"""Figures and views of a data directory: loss mask, hidden-state norms, vocab coverage, a packed batch.
+"""Figures and views of a data directory: hidden-state norms, vocab coverage, a packed batch and its mask.
 
-Each plot function returns a ``matplotlib.figure.Figure`` and never calls ``plt.show``.
+Each plot function returns a ``matplotlib.figure.Figure`` built without pyplot (safe from a widget's worker thread)
+and never calls ``plt.show``. The loss mask over a sample's tokens: :mod:`eagle3kit.data.loss_mask_plot`.
 """
 
 from __future__ import annotations
 
-import html
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
 from safetensors.torch import load_file
 
 from eagle3kit.data.manifest import read_manifest
-
-
-def mask_html(tokenizer, input_ids: list[int], loss_mask: list[int], max_tokens: int = 400) -> str:
-    """The sample as HTML: supervised (assistant) tokens highlighted, context tokens grey."""
-    parts = []
-    for tok, m in zip(input_ids[:max_tokens], loss_mask[:max_tokens], strict=True):
-        text = html.escape(tokenizer.decode([tok])).replace("\n", "↵<br>")
-        style = "background:#c8f7c5;color:#000" if m else "color:#888"
-        parts.append(f'<span style="{style}">{text}</span>')
-    more = f"<br><i>... {len(input_ids) - max_tokens} more tokens</i>" if len(input_ids) > max_tokens else ""
-    return '<div style="font-family:monospace;font-size:12px;line-height:1.6">' + "".join(parts) + more + "</div>"
+from eagle3kit.masks.eagle_mask import MaskInputError
+from eagle3kit.masks.plots import plot_layout_thumbnail
 
 
 def hidden_state_norms(data_dir: str | os.PathLike, n_samples: int = 4) -> pd.DataFrame:
@@ -75,20 +67,31 @@ def plot_coverage(curve: list[tuple[int, float]], draft_vocab_size: int | None =
     return fig
 
 
-def plot_batch(batch: dict) -> Figure:
-    """A collated packed batch: document id and loss mask per position (-1 = padding)."""
-    docs = batch["document_ids"][0].numpy()
-    mask = batch["loss_mask"][0].float().numpy()
-    fig = Figure(figsize=(10, 2.2))
-    ax1, ax2 = fig.subplots(2, 1, sharex=True)
-    ax1.imshow(docs[None], aspect="auto", cmap="tab20", interpolation="nearest")
-    ax1.set_yticks([])
-    ax1.set_ylabel("doc id", rotation=0, ha="right")
-    ax2.imshow(mask[None], aspect="auto", cmap="Greens", vmin=0, vmax=1, interpolation="nearest")
-    ax2.set_yticks([])
-    ax2.set_ylabel("loss mask", rotation=0, ha="right")
-    ax2.set_xlabel("position in the packed sequence")
-    n_docs = int(docs.max()) + 1 if (docs >= 0).any() else 0
-    ax1.set_title(f"{n_docs} documents packed into {len(docs)} positions, {(docs < 0).sum()} padding")
-    fig.tight_layout()
+def plot_documents(document_ids, loss_mask=None, title: str = "packed batch") -> Figure:
+    """A strip of the batch: one colour per packed document (padding white), the loss mask underneath."""
+    doc = np.asarray(document_ids).reshape(-1)
+    rows = [np.where(doc < 0, np.nan, doc)]
+    labels = ["document"]
+    if loss_mask is not None:
+        rows.append(np.where(doc < 0, np.nan, np.asarray(loss_mask).reshape(-1).astype(float) * max(doc.max(), 1)))
+        labels.append("loss mask")
+    fig = Figure(figsize=(7, 0.6 + 0.45 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    ax.imshow(np.vstack(rows), aspect="auto", interpolation="nearest", cmap="tab20")
+    ax.set_yticks(range(len(rows)), labels)
+    n_docs = int(doc.max()) + 1 if (doc >= 0).any() else 0
+    ax.set_title(f"{title}: {n_docs} document(s), {int((doc >= 0).sum())} of {doc.size} tokens used", fontsize=9)
+    ax.set_xlabel("token position")
     return fig
+
+
+def plot_batch(document_ids, ttt_steps: int | None = None, loss_mask=None) -> Figure:
+    """A packed batch's layout. With ``ttt_steps``: the documents and the EAGLE-3 mask at the last TTT step
+    (:func:`eagle3kit.masks.plots.plot_layout_thumbnail`) when the length suits speculators' flex mask (a multiple
+    of 128); otherwise, or without ``ttt_steps``, :func:`plot_documents` (documents and loss mask)."""
+    if ttt_steps is not None:
+        try:
+            return plot_layout_thumbnail(torch.as_tensor(document_ids).reshape(-1), ttt_steps)
+        except MaskInputError:
+            pass
+    return plot_documents(document_ids, loss_mask)

@@ -3,11 +3,12 @@
 A draft learns to predict the verifier. On human-written replies (ShareGPT) the training text is not what the
 verifier would write, so at serving time the draft meets text unlike its training data. Replacing each reply by the
 verifier's own greedy answer removes that gap; speculators' ``scripts/regenerate_responses`` does the same through a
-vLLM server, here transformers' ``generate`` does it on any device.
+vLLM server, here :func:`eagle3kit.data.generate.greedy_replies` does it on any device (many replies per forward,
+rows leaving as they finish and waiting prompts joining).
 
 Each conversation keeps its system turns and its first user turn (cut to ``max_prompt_tokens``) and gets
 the verifier's reply. The output is a JSONL (``{"messages": [...]}`` per line) that
-``eagle3kit.data.dataset.build_dataset(source=...)`` reads. Work is saved after every batch to ``<out>.partial``; an
+``eagle3kit.data.dataset.build_dataset(source=...)`` reads. Each reply is saved as it finishes to ``<out>.partial``; an
 interrupted run resumes there, and the final file is written atomically, in the source's seeded order.
 """
 
@@ -19,11 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
 from eagle3kit.atomic import write_text
 from eagle3kit.data import conversations as conv
+from eagle3kit.data.generate import greedy_replies
 from eagle3kit.draft.config import resolve_device
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
@@ -71,22 +72,21 @@ def regenerate(
     todo = [i for i in range(len(prompts)) if i not in records]
     if todo:
         model = load_model(v, device=resolve_device(device))
-        todo.sort(key=lambda i: len(prompts[i][1]))  # similar lengths per batch: less padding
         t0, n_tokens = time.perf_counter(), 0
         bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=not progress)
         with partial.open("a", encoding="utf-8") as f:
             if not resumed:
                 f.write(json.dumps({"settings": settings}) + "\n")
-            for b in range(0, len(todo), batch_size):
-                idx = todo[b: b + batch_size]
-                replies = _generate(model, tokenizer, [prompts[i][1] for i in idx], max_new_tokens)
-                for i, (text, n) in zip(idx, replies, strict=True):
-                    records[i] = {"index": i, "messages": prompts[i][0] + [{"role": "assistant", "content": text}],
-                                  "tokens": n}
-                    f.write(json.dumps(records[i]) + "\n")
-                    n_tokens += n
+            for j, reply in greedy_replies(model, [prompts[i][1] for i in todo], max_new_tokens,
+                                           tokenizer.eos_token_id, batch_size):
+                i = todo[j]
+                text = tokenizer.decode(reply, skip_special_tokens=True)
+                records[i] = {"index": i, "messages": prompts[i][0] + [{"role": "assistant", "content": text}],
+                              "tokens": len(reply)}
+                f.write(json.dumps(records[i]) + "\n")
                 f.flush()
-                bar.update(len(idx))
+                n_tokens += len(reply)
+                bar.update(1)
                 bar.set_postfix(tok_s=f"{n_tokens / (time.perf_counter() - t0):.0f}")
         bar.close()
         seconds = time.perf_counter() - t0
@@ -127,24 +127,6 @@ def distinct_prompts(tokenizer, source: str | os.PathLike | None, seed: int, n: 
             return out
     raise conv.ConversationError(
         f"The source has only {len(out)} conversations with a distinct user turn; ask for fewer.")
-
-
-@torch.no_grad()
-def _generate(model, tokenizer, batch: list[list[int]], max_new_tokens: int) -> list[tuple[str, int]]:
-    """Greedy replies of one left-padded batch: (text, token count), cut at the end-of-turn token."""
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    width = max(map(len, batch))
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=model.device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=model.device)
-    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                         eos_token_id=eos, pad_token_id=pad)
-    replies = []
-    for row in out[:, width:].tolist():
-        if eos in row:
-            row = row[: row.index(eos)]
-        replies.append((tokenizer.decode(row, skip_special_tokens=True), len(row)))
-    return replies
 
 
 def _read_records(path: Path) -> list[dict]:

@@ -2,10 +2,11 @@
 
 ``checks``            ``check(subject)`` -> findings (every check guarded); ``check_data_dir``
 ``attention_checks``  mask kind vs backend, flex on CPU, BlockMask length, fused loss; ``SET_ATTN``, ``CONSUMES``
-``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch
+``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch, vLLM head sizes
 ``findings``          :class:`Finding` and its table / terminal renderings
 ``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
 ``probe``             the measured backend matrix, each cell in a subprocess (``probe_worker`` runs there)
-``verdict``           what the matrix concludes: ``recommend``, notebook 02's ``story`` table
+``seed``              the seed failure replayed step by step, the doctor's prediction beside each (notebook 02)
+``verdict``           what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, the ``story`` table
 ``plots``             ``plot_timings(matrix)`` -> Figure
 """

@@ -3,7 +3,8 @@
 ``check(config | build | model, batch=None, device=..., training=True)`` never raises on a broken setup: every check
 runs guarded, and a check that cannot run becomes a finding itself. The checks themselves live in
 :mod:`~eagle3kit.doctor.attention_checks` (mask and backend, loss) and :mod:`~eagle3kit.doctor.model_checks`
-(weights, shapes, vocab, batch); ``check_data_dir`` checks a training-data directory.
+(weights, shapes, vocab, batch, head sizes vLLM's CPU build serves); ``check_data_dir`` checks a training-data
+directory.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from eagle3kit.data.targets import verify_targets
 from eagle3kit.doctor.attention_checks import attention_findings, loss_findings
 from eagle3kit.doctor.facts import attention_facts, doctor_subject, draft_ttt_steps
 from eagle3kit.doctor.findings import Finding
-from eagle3kit.doctor.model_checks import batch_findings, shape_findings, weight_findings
+from eagle3kit.doctor.model_checks import batch_findings, serving_findings, shape_findings, weight_findings
 
 
 def check(subject, batch: dict | None = None, device: str = "auto", training: bool = True, loss="auto",
@@ -59,6 +60,7 @@ def check(subject, batch: dict | None = None, device: str = "auto", training: bo
     guarded("loss", lambda: loss_findings(device, training, loss))
     guarded("weights", lambda: weight_findings(s))
     guarded("shapes", lambda: shape_findings(s))
+    guarded("serving", lambda: serving_findings(s))
     if batch is not None:
         guarded("batch", lambda: batch_findings(s, batch, device))
     return findings

@@ -1,4 +1,5 @@
-"""Doctor checks that the draft fits its verifier and its batch: loaded weights, shapes, aux ids, vocab mapping."""
+"""Doctor checks that the draft fits its verifier and its batch (loaded weights, shapes, aux ids, vocab mapping), and
+that the export can be served (head sizes vLLM's CPU build supports)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 from eagle3kit.doctor.facts import DoctorSubject
 from eagle3kit.doctor.findings import Finding
 from eagle3kit.draft.config import resolve_aux_layer_ids
+from eagle3kit.evaluate.serve import CPU_HEAD_SIZES
 
 
 def weight_findings(s: DoctorSubject) -> list[Finding]:
@@ -97,6 +99,28 @@ def vocab_findings(s: DoctorSubject) -> list[Finding]:
                         f"t2d marks {int(t2d.sum())} tokens (need {draft}); every draft id i must map to a distinct "
                         "target i + d2t[i] that t2d marks (all zeros: mappings never loaded)", fix, "vocab")]
     return []
+
+
+def head_dim(config) -> int:
+    """A decoder config's attention head size (``head_dim``, else hidden size / heads)."""
+    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+
+
+def serving_findings(s: DoctorSubject) -> list[Finding]:
+    """Head sizes vLLM's CPU attention cannot serve, the draft's or its verifier's (GPU vLLM serves them)."""
+    dims = {"draft": head_dim(s.config.transformer_layer_config)}
+    if s.verifier is not None:
+        dims["verifier"] = head_dim(s.verifier.text_config)
+    owners: dict[int, list[str]] = {}
+    for who, dim in dims.items():
+        if dim not in CPU_HEAD_SIZES:
+            owners.setdefault(dim, []).append(f"the {who}'s")
+    sizes = ", ".join(map(str, CPU_HEAD_SIZES))
+    return [Finding("warning", f"vLLM's CPU build cannot serve head_dim={dim}; GPU vLLM can",
+                    f"{' and '.join(who)} head_dim is {dim}; vLLM's CPU attention supports only {sizes}",
+                    "serve the export with vLLM on a GPU; to serve it on a CPU, train the draft for a verifier whose "
+                    "head_dim is one of those (SmolLM2-135M: 64)", "serving")
+            for dim, who in owners.items()]
 
 
 def batch_findings(s: DoctorSubject, batch: dict, device: str) -> list[Finding]:

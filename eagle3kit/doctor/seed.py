@@ -28,7 +28,6 @@ from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.facts import mask_kind
 from eagle3kit.doctor.findings import Finding, format_findings, has_errors
 from eagle3kit.doctor.probe_worker import first_line, make_batch
-from eagle3kit.doctor.verdict import recommend
 from eagle3kit.draft.config import build_config, resolve_device
 from eagle3kit.logs import quiet
 
@@ -148,7 +147,7 @@ class SeedReplay:
     def _doctor(self, subject, training: bool = True) -> list[Finding]:
         found = check(subject, device=self.device, training=training, loss="eager", seq_len=self.seq_len,
                       ttt_steps=self.ttt_steps)
-        return [f for f in found if f.severity != "info"]
+        return [f for f in found if f.severity != "info" and f.check != "serving"]  # the step runs, nothing serves
 
     def _attempt(self, step: SeedStep, model, grad: bool) -> SeedStep:
         """Run one draft step (with gradients when ``grad``); fill ``step`` with the error or the numbers vs eager."""
@@ -237,18 +236,3 @@ def table(steps: list[SeedStep]) -> pd.DataFrame:
                                                                           if f.severity == "error") or "no errors",
                           "status": s.status, "outcome": s.outcome, "mask built": s.mask, "caught": s.caught}
                          for s in steps])
-
-
-# ------------------------------------------------------------------------------------- the probe's verdict (02)
-def probe_row(matrix: pd.DataFrame, backend: str, mode: str, seq_len: int | None = None):
-    """The probe matrix's row for ``backend`` / ``mode`` at ``seq_len`` (default: the matrix's first length)."""
-    n = matrix.seq_len.iloc[0] if seq_len is None else seq_len
-    rows = matrix[(matrix.backend == backend) & (matrix["mode"] == mode) & (matrix.seq_len == n)]
-    return rows.iloc[0] if len(rows) else None
-
-
-def recommendations(matrix: pd.DataFrame, device: str) -> dict[str, str | None]:
-    """The measured recommendation for training and inference on ``device`` (the probe ran only there)."""
-    kind = "cuda" if device.startswith("cuda") else "cpu"
-    return {f"{kind} training": recommend(matrix, training=True),
-            f"{kind} inference": recommend(matrix, training=False)}

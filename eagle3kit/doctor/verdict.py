@@ -1,4 +1,5 @@
-"""What the probe's matrix concludes: the recommended backend, and notebook 02's story table (settings x outcomes).
+"""What the probe's matrix concludes: the recommended backends, one cell's row, and notebook 02's story table
+(settings x outcomes).
 
 Both read the rows of :func:`eagle3kit.doctor.probe.probe`; nothing is written in advance.
 """
@@ -22,6 +23,20 @@ def recommend(matrix: pd.DataFrame, training: bool = True) -> str | None:
                                              & (rows.token_agreement.fillna(0.0) >= 0.999))]
     good = good[good.backend != "unset"]
     return None if good.empty else str(good.sort_values("seconds").iloc[0].backend)
+
+
+def recommendations(matrix: pd.DataFrame, device: str) -> dict[str, str | None]:
+    """The measured recommendation for training and inference on ``device`` (the probe ran only there)."""
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    return {f"{kind} training": recommend(matrix, training=True),
+            f"{kind} inference": recommend(matrix, training=False)}
+
+
+def probe_row(matrix: pd.DataFrame, backend: str, mode: str, seq_len: int | None = None) -> pd.Series | None:
+    """The probe matrix's row for ``backend`` / ``mode`` at ``seq_len`` (default: the matrix's first length)."""
+    n = matrix.seq_len.iloc[0] if seq_len is None else seq_len
+    rows = matrix[(matrix.backend == backend) & (matrix["mode"] == mode) & (matrix.seq_len == n)]
+    return rows.iloc[0] if len(rows) else None
 
 
 def story(configs: dict[str, object], matrix: pd.DataFrame, device: str = "cpu", seq_len: int | None = None,

@@ -22,6 +22,7 @@ from speculators.train.cli import create_transformer_layer_config
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from eagle3kit.atomic import atomic_dir
+from eagle3kit.errors import UserError
 from eagle3kit.logs import quiet
 from eagle3kit.verifier import Verifier, resolve
 
@@ -83,7 +84,8 @@ def resolve_device(device: str = "auto") -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r} was asked for but CUDA is not available here; use device='cpu'.")
+        raise UserError(f"device={device!r} was asked for but CUDA is not available here; use device='cpu' "
+                        "(`--device cpu`) or 'auto'.")
     return device
 
 
@@ -97,9 +99,9 @@ def resolve_attention(requested: str = "auto", device: str = "cpu", training: bo
     if requested != "auto":
         known = registered_attention_implementations()
         if requested not in known:
-            raise ValueError(
+            raise UserError(
                 f"attn_implementation={requested!r} is not registered in the installed transformers/speculators; "
-                f"use one of {known} (or 'auto')."
+                f"use one of {known} (or 'auto'), e.g. `--attn sdpa`."
             )
         return AttentionChoice(requested, "chosen by you; `eagle3kit doctor` checks it against this device", "user")
     if device.startswith("cuda"):
@@ -128,7 +130,8 @@ def _layer_config(verifier: Verifier, spec: DraftSpec):
 def check_draft_vocab_size(size: int | None, vocab: int) -> None:
     """A draft vocabulary must be 1..the verifier's vocab (None: the verifier's whole vocab)."""
     if size is not None and not 0 < size <= vocab:
-        raise ValueError(f"draft_vocab_size={size} must be in 1..{vocab} (the verifier's vocab).")
+        raise UserError(f"draft_vocab_size={size} must be in 1..{vocab} (the verifier's vocab); pass e.g. "
+                        f"`--draft-vocab-size {min(vocab, 2048)}`, or leave it out for the verifier's whole vocab.")
 
 
 def resolve_aux_layer_ids(verifier: Verifier | str, ids: list[int] | None = None) -> list[int]:
@@ -141,16 +144,19 @@ def resolve_aux_layer_ids(verifier: Verifier | str, ids: list[int] | None = None
         with quiet():  # it warns that the default was taken; the explanation table says so
             return list(resolve_target_layer_ids(None if ids is None else list(ids), v.config_source))
     except ValueError as exc:
-        raise ValueError(f"aux_layer_ids: {exc}") from None
+        raise UserError(f"aux_layer_ids: {exc}; pass layer ids of the verifier (e.g. `--aux-layer-ids 2 10 20`) "
+                        "or leave them out for speculators' default.") from None
 
 
 def _check_spec(spec: DraftSpec, vocab: int) -> None:
     if spec.draft_arch not in ("llama", "qwen3"):
-        raise ValueError(f"draft_arch={spec.draft_arch!r}: vLLM serves EAGLE-3 drafts of 'llama' or 'qwen3' only.")
+        raise UserError(f"draft_arch={spec.draft_arch!r}: vLLM serves EAGLE-3 drafts of 'llama' or 'qwen3' only; "
+                        "use `--draft-arch llama` or `--draft-arch qwen3`.")
     if spec.num_layers < 1:
-        raise ValueError(f"num_layers={spec.num_layers}: a draft needs at least one decoder layer.")
+        raise UserError(f"num_layers={spec.num_layers}: a draft needs at least one decoder layer; use "
+                        "`--num-layers 1`.")
     if spec.ttt_steps < 1:
-        raise ValueError(f"ttt_steps={spec.ttt_steps}: use 1 or more test-time-training steps.")
+        raise UserError(f"ttt_steps={spec.ttt_steps}: use 1 or more test-time-training steps (e.g. `--ttt-steps 3`).")
     check_draft_vocab_size(spec.draft_vocab_size, vocab)
 
 

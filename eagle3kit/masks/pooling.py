@@ -7,6 +7,7 @@ documents or TTT steps. The fused counter is ``torch.compile`` of the plain one 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -43,3 +44,40 @@ def sum_pool(t: torch.Tensor, f: int) -> torch.Tensor:
     rows, cols = -(-t.shape[0] // f) * f, -(-t.shape[1] // f) * f
     padded = torch.nn.functional.pad(t, (0, cols - t.shape[1], 0, rows - t.shape[0]))
     return padded.view(rows // f, f, cols // f, f).sum(3).sum(1)
+
+
+def grid_counts(full: torch.Tensor, partial: torch.Tensor, origin: tuple[int, int], lengths: tuple[int, int],
+                sub: int, evaluate: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], mask_mod=None,
+                block: int = 128, chunk: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attended and valid pairs per ``sub x sub`` sub-tile over a grid of ``block``-token blocks.
+
+    ``full`` / ``partial``: bool [q_blocks, kv_blocks], the grid's block classes (the rest empty); ``origin``: the
+    grid's first query and key block; ``lengths``: (q_len, kv_len), pairs past them are not valid. Full blocks count
+    whole, empty ones zero; partial blocks are counted with ``evaluate(q_idx, kv_idx)`` (broadcast indices -> bool),
+    ``chunk`` blocks at a time, or with :func:`compiled_counter` over ``mask_mod`` when one is given (every block
+    in range) and a compiler works.
+    """
+    (qb0, kb0), (q_len, kv_len), r = origin, lengths, block // sub
+    qb1, kb1 = qb0 + full.shape[0], kb0 + full.shape[1]
+    rows = (q_len - torch.arange(qb0 * block, qb1 * block, sub)).clamp(0, sub).int()
+    cols = (kv_len - torch.arange(kb0 * block, kb1 * block, sub)).clamp(0, sub).int()
+    area = rows[:, None] * cols[None, :]
+    counts = torch.where(full.repeat_interleave(r, 0).repeat_interleave(r, 1), area, 0)
+    grid = counts.view(qb1 - qb0, r, kb1 - kb0, r)
+    pq, pk = torch.nonzero(partial, as_tuple=True)
+    offsets = torch.arange(block)
+    fused = mask_mod is not None
+    for i in range(0, len(pq), chunk * 64):
+        bq, bk = pq[i:i + chunk * 64], pk[i:i + chunk * 64]
+        if fused:
+            try:
+                grid[bq, :, bk, :] = compiled_counter()((qb0 + bq)[:, None] * block + offsets,
+                                                         (kb0 + bk)[:, None] * block + offsets, mask_mod, r, sub)
+                continue
+            except Exception:  # noqa: BLE001 - no working compiler: count the same pairs unfused
+                fused = False
+        for j in range(0, len(bq), chunk):  # unfused: chunk blocks at a time bound the temporaries
+            sq, sk = bq[j:j + chunk], bk[j:j + chunk]
+            qi, ki = (qb0 + sq)[:, None] * block + offsets, (kb0 + sk)[:, None] * block + offsets
+            grid[sq, :, sk, :] = pool_hits(evaluate(qi[:, :, None], ki[:, None, :]), r, sub)
+    return counts, area

@@ -10,7 +10,8 @@ the file names speculators' own checkpointer uses where it has one:
 - ``session.json``: the draft spec and training settings, and the fingerprint a resume is checked against
 
 The model is saved in float32 (speculators saves bfloat16 by default) so that a resumed run equals the
-uninterrupted run bit for bit. The directory is written atomically: it appears complete or not at all.
+uninterrupted run bit for bit (:func:`resume_matches` checks it). The directory is written atomically: it appears
+complete or not at all.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +30,9 @@ from safetensors.torch import load_file
 
 from eagle3kit.atomic import atomic_dir, recover
 from eagle3kit.errors import UserError
+
+if TYPE_CHECKING:
+    from eagle3kit.train.session import TrainSession
 
 SESSION_FILE = "session.json"
 STATE_FILE = "training_state.pt"
@@ -156,3 +161,25 @@ def load_training_state(
     state = torch.load(path / STATE_FILE, weights_only=True)
     set_rng_state(state.pop("rng"))
     return state
+
+
+@dataclass(frozen=True)
+class ResumeMatch:
+    """The next step of a run and of the same run resumed from its checkpoint, compared bit for bit."""
+
+    loss: float
+    resumed_loss: float
+    same_weights: bool
+
+    @property
+    def identical(self) -> bool:
+        return self.loss == self.resumed_loss and self.same_weights
+
+
+def resume_matches(session: TrainSession, resumed: TrainSession) -> ResumeMatch:
+    """Take one step in ``session`` and one in ``resumed`` (resumed from ``session``'s last checkpoint), then compare
+    the two losses and every tensor of the two models for equality."""
+    a, b = session.step(), resumed.step()
+    mine, theirs = session.model.state_dict(), resumed.model.state_dict()
+    same = mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    return ResumeMatch(a["loss"], b["loss"], same)

@@ -28,6 +28,7 @@ from speculators.train.config.schema import nest_flat
 
 from eagle3kit.atomic import write_text
 from eagle3kit.draft.config import DraftBuild
+from eagle3kit.errors import UserError
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.masks.eagle_mask import BLOCK
 from eagle3kit.train.loop import optimizer_args
@@ -117,7 +118,7 @@ def validate_yaml(path: str | os.PathLike):
                                        argv=["speculators", "train", "--config", str(path)])
     unknown = [str(w.message) for w in caught if "unrecognised keys" in str(w.message)]
     if unknown:
-        raise ValueError(unknown[0] + "; remove them (speculators would silently ignore them).")
+        raise UserError(unknown[0] + f"; remove them from {path} (speculators would silently ignore them).")
     return cfg
 
 
@@ -128,13 +129,13 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     ``options`` go to :func:`flat_config` (attention, dtype, loss implementation, workers, verifier path).
     """
     if n_gpus < 1:
-        raise ValueError(f"n_gpus={n_gpus}: use 1 or more GPUs.")
+        raise UserError(f"n_gpus={n_gpus}: use 1 or more GPUs (e.g. `--gpus 8`).")
     attn = options.get("attn_implementation", "simple_flex_attention")
     if attn == "simple_flex_attention" and settings.total_seq_len % BLOCK:
-        raise ValueError(
+        raise UserError(
             f"total_seq_len={settings.total_seq_len} is not a multiple of {BLOCK}: speculators' flex attention "
-            f"would fail at TTT step 1 on the GPUs; use a multiple of {BLOCK} (e.g. "
-            f"{-(-settings.total_seq_len // BLOCK) * BLOCK}) or attn_implementation='sdpa'."
+            f"would fail at TTT step 1 on the GPUs; use a multiple of {BLOCK} (e.g. `--total-seq-len "
+            f"{-(-settings.total_seq_len // BLOCK) * BLOCK}`) or attn_implementation='sdpa' (`--attn sdpa`)."
         )
     out = Path(out_dir)
     flat = flat_config(build, settings, data_dir, out / "checkpoints", **options)

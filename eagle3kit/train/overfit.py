@@ -59,7 +59,7 @@ class OverfitResult:
         if self.passed:
             return head + ": passed, the draft is wired to learn."
         return (head + f": FAILED (needs τ >= {self.threshold * (self.k + 1):.2f}). A draft that cannot overfit one "
-                "sample has a wiring bug: check the aux layer ids, the pre-norm last hidden state "
+                "sample most likely has a wiring bug: check the aux layer ids, the pre-norm last hidden state "
                 "(`eagle3kit doctor --data DIR`), the d2t/t2d mapping and the attention mask before a long run.")
 
 

@@ -1,4 +1,5 @@
-"""Figures of a training run: loss, full and conditional accuracy per TTT step, and the batch layout.
+"""Figures of a training run: loss, full and conditional accuracy per TTT step (a batch's layout:
+:func:`eagle3kit.data.plots.plot_batch`).
 
 Each function returns a ``matplotlib.figure.Figure`` built without pyplot (safe from a widget's worker thread) and
 never calls ``plt.show``. ``full_acc_k``: share of loss-masked positions whose step-k draft token equals the
@@ -11,11 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 from matplotlib.figure import Figure
-
-from eagle3kit.masks.eagle_mask import MaskInputError
-from eagle3kit.masks.plots import plot_layout_thumbnail
 
 PANELS = (("loss", "KL loss"), ("full_acc", "full accuracy"), ("cond_acc", "conditional accuracy"))
 SMOOTHING = 0.9  # EMA weight of the running value (TensorBoard's slider); 0 draws the raw values only
@@ -92,30 +89,3 @@ def plot_step(record: dict) -> Figure:
     for ax in (ax_loss, ax_acc):
         ax.set_xticks(x, [f"TTT {k}" for k in range(n)])
     return fig
-
-
-def plot_documents(document_ids, loss_mask=None, title: str = "packed batch") -> Figure:
-    """A strip of the batch: one colour per packed document (padding white), the loss mask underneath."""
-    doc = np.asarray(document_ids).reshape(-1)
-    rows = [np.where(doc < 0, np.nan, doc)]
-    labels = ["document"]
-    if loss_mask is not None:
-        rows.append(np.where(doc < 0, np.nan, np.asarray(loss_mask).reshape(-1).astype(float) * max(doc.max(), 1)))
-        labels.append("loss mask")
-    fig = Figure(figsize=(7, 0.6 + 0.45 * len(rows)), layout="constrained")
-    ax = fig.subplots()
-    ax.imshow(np.vstack(rows), aspect="auto", interpolation="nearest", cmap="tab20")
-    ax.set_yticks(range(len(rows)), labels)
-    n_docs = int(doc.max()) + 1 if (doc >= 0).any() else 0
-    ax.set_title(f"{title}: {n_docs} document(s), {int((doc >= 0).sum())} of {doc.size} tokens used", fontsize=9)
-    ax.set_xlabel("token position")
-    return fig
-
-
-def plot_batch(document_ids, ttt_steps: int, loss_mask=None) -> Figure:
-    """The batch's document layout and mask: eagle3kit.masks.plots' thumbnail when the length suits speculators'
-    flex mask (a multiple of 128), else the strip of documents and loss mask."""
-    try:
-        return plot_layout_thumbnail(torch.as_tensor(document_ids).reshape(-1), ttt_steps)
-    except MaskInputError:
-        return plot_documents(document_ids, loss_mask)

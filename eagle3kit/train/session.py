@@ -34,6 +34,7 @@ from eagle3kit.train.batches import Batches
 from eagle3kit.train.loop import make_optimizers, make_schedulers, optimizer_args
 
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
+HIDDEN_STATES_DTYPES = ("float32", "bfloat16", "float16")  # what a session trains in (besides "auto")
 
 
 class RunComplete(UserError):
@@ -94,15 +95,19 @@ class TrainSession:
         self.build = _as_build(draft, self.data_dir)
         self.device = self.build.device
         if self.device == "cpu" and self.build.attention.implementation in ("simple_flex_attention", "flex_attention"):
-            raise ValueError(
+            raise UserError(
                 f"attn_implementation={self.build.attention.implementation!r} cannot train on CPU (flex attention has "
-                "no backward there); build the draft with attn_implementation='auto' or 'sdpa'."
+                "no backward there); build the draft with attn_implementation='auto' or 'sdpa' (`--attn sdpa`)."
             )
         self.settings = TrainSettings(**settings).resolved(self.device)
         s = self.settings
         optimizer_args(s)  # an unknown optimizer is refused before anything is built
         if s.total_seq_len < 2:
-            raise ValueError(f"total_seq_len={s.total_seq_len} is too short; use at least a few hundred tokens.")
+            raise UserError(f"total_seq_len={s.total_seq_len} is too short; use at least a few hundred tokens "
+                            "(e.g. `--total-seq-len 1024`).")
+        if s.hidden_states_dtype not in HIDDEN_STATES_DTYPES:
+            raise UserError(f"hidden_states_dtype={s.hidden_states_dtype!r} is not one of 'auto', "
+                            f"{', '.join(map(repr, HIDDEN_STATES_DTYPES))}; e.g. `--hidden-states-dtype bfloat16`.")
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = self.build.config.speculators_config.proposal_methods[0].speculative_tokens

@@ -17,8 +17,9 @@ from typing import Any
 import ipywidgets as w
 from matplotlib.figure import Figure
 
+from eagle3kit.data.plots import plot_batch
+from eagle3kit.train.plots import plot_metrics
 from eagle3kit.train.session import TrainSession
-from eagle3kit.train.plots import plot_batch, plot_metrics
 
 
 def _png(fig: Figure) -> bytes:

