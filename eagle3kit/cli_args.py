@@ -51,9 +51,10 @@ def field_comments(cls: type) -> dict[str, str]:
 
 
 def _option_type(hint: Any) -> tuple[type, type | None]:
-    """(the base type, the element type of a list) of a field annotation; ``X | None`` counts as ``X``."""
+    """(the base type, the element type of a list) of a field annotation; ``X | None`` counts as ``X``, and a union
+    that admits ``str`` (``Verifier | str``, ``str | os.PathLike``) is typed as text."""
     args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
-    base = args[0]
+    base = str if str in args else args[0]
     if typing.get_origin(base) is list:
         return list, typing.get_args(base)[0]
     return base, None

@@ -15,26 +15,29 @@ from eagle3kit.errors import UserError
 
 # ----------------------------------------------------------------------------------------------- data
 def regenerate_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--verifier", default="smollm2")
-    p.add_argument("--out", required=True, help="JSONL to write (resumes an interrupted run)")
-    p.add_argument("--n-conversations", type=int, default=64)
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--max-prompt-tokens", type=int, default=256, help="the user turn is cut to this many tokens")
-    p.add_argument("--source", default=None, help="JSONL of conversations (default: ShareGPT V3)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--device", default="auto")
+    from eagle3kit.data.regenerate import regenerate  # lazy: torch + transformers take seconds to import
+
+    signature_options(p, regenerate, {
+        "verifier": "smollm2 | tiny | a local HF directory | a hub id",
+        "out_path": "JSONL to write (resumes an interrupted run)",
+        "n_conversations": "conversations to answer",
+        "max_new_tokens": "longest reply, in tokens",
+        "max_prompt_tokens": "the user turn is cut to this many tokens",
+        "source": "JSONL of conversations (default: ShareGPT V3)",
+        "seed": "picks the conversations",
+        "batch_size": "replies decoded together (rows leave as they finish, waiting prompts join)",
+        "device": "auto | cpu | cuda",
+    }, flags={"out_path": "--out"})
 
 
 def cmd_regenerate(args: argparse.Namespace) -> int:
     """replace each reply by the verifier's own greedy answer (self-distillation)"""
     from eagle3kit.data.regenerate import regenerate  # lazy: torch + transformers take seconds to import
 
-    info = regenerate(args.verifier, args.out, n_conversations=args.n_conversations, max_new_tokens=args.max_new_tokens,
-                      max_prompt_tokens=args.max_prompt_tokens, seed=args.seed, source=args.source,
-                      batch_size=args.batch_size, device=args.device)
+    info = regenerate(**given_params(args, regenerate))
     print(json.dumps(dataclasses.asdict(info), indent=2))
-    print(f"\nMake training data from it with: eagle3kit data --source {args.out} --verifier {args.verifier} --out DIR")
+    print(f"\nMake training data from it with: eagle3kit data --source {info.path} --verifier {args.verifier} "
+          "--out DIR")
     return 0
 
 

@@ -36,8 +36,10 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "dtype": "float32", "regenerate_tokens": 16},
         # demo: the verifier writes the replies (self-distillation; held-out tau 1.21 vs 1.12 on ShareGPT's replies at
         # the same steps), a 2048-token draft vocab (~2x faster steps than 8192)
-        "demo": {"n_conversations": 192, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
-                 "batch_size": 4, "dtype": "float32", "regenerate_tokens": 256},
+        # 128 replies of up to 192 tokens: the verifier decodes ~9 tokens/s at batch 1 on this kind of 2-core machine
+        # (memory-bound), ~40 tokens/s batched (bench/regenerate.py), so regeneration stays a few minutes
+        "demo": {"n_conversations": 128, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
+                 "batch_size": 4, "dtype": "float32", "regenerate_tokens": 192},
     },
     "05": {
         "ci": {"n_conversations": 8, "seq_length": 192, "draft_vocab_size": 2048, "total_seq_len": 384,
@@ -56,7 +58,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "max_prompt_tokens": 64, "k": 0, "vllm_check": False},
         # demo: `make demo` installs vLLM's CPU build first (`make vllm`), so the export is checked in real vLLM
         "demo": {"resume_from_05": True, "train_steps": 197, "lr": 2e-3, "n_conversations": 64,
-                 "seq_length": 1024, "draft_vocab_size": 2048, "n_prompts": 8, "max_new_tokens": 96,
+                 "seq_length": 1024, "draft_vocab_size": 2048, "n_prompts": 16, "max_new_tokens": 96,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
     },
 }
