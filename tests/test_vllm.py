@@ -65,12 +65,13 @@ def untrained(smollm2, tmp_path_factory):
 
 # ----------------------------------------------------------------------------------------------- in vLLM
 @vllm_test
-def test_export_loads_in_vllm_and_is_lossless(untrained, smollm2, capsys):
+def test_export_loads_in_vllm_and_is_lossless(untrained, smollm2, capsys, monkeypatch):
     """`eagle3kit vllm-check` as a user types it: vLLM loads the untrained export, accepts nothing (τ = 1) and its
     output with the draft equals its output without it (the command exits 1 otherwise)."""
     argv = ["vllm-check", "--draft", untrained, "--verifier", smollm2.path, "--max-new-tokens", NEW_TOKENS, "--k", K]
     for text in PROMPTS[:N_PROMPTS]:
         argv += ["--prompt", text]
+    monkeypatch.setenv("COLUMNS", "400")  # one line per table row
     capsys.readouterr()
     code = main(argv)
     out = capsys.readouterr().out
