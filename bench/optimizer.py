@@ -66,15 +66,15 @@ def main() -> None:
 
     data = Path(args.data or f"/tmp/eagle3kit-bench-optimizer-{args.verifier}")
     build_dataset(args.verifier, data, n_conversations=args.conversations, seq_length=args.total_seq_len,
-                  held_out=2, draft_vocab_size=args.draft_vocab_size, dtype="bfloat16", progress=False)
+                  held_out=2, draft_vocab_size=args.draft_vocab_size, dtype="float32", progress=False)
     spec = DraftSpec(verifier=args.verifier, draft_vocab_size=args.draft_vocab_size, device="cpu")
     warm = None if args.warm_start_layer == -2 else args.warm_start_layer
     sessions = {name: TrainSession(data, spec, progress=False, total_seq_len=args.total_seq_len, lr=args.lr,
-                                   max_steps=args.steps, hidden_states_dtype="bfloat16", warm_start_layer=warm,
+                                   max_steps=args.steps, warm_start_layer=warm,
                                    optimizer=name) for name in OPTIMIZERS}
     ttt = next(iter(sessions.values())).ttt_steps
     print(f"\nverifier {args.verifier}, {len(sessions['adamw'].batches.dataset)} training rows, total_seq_len "
-          f"{args.total_seq_len}, draft vocab {args.draft_vocab_size}, bf16 hidden states, lr {args.lr:g}, "
+          f"{args.total_seq_len}, draft vocab {args.draft_vocab_size}, float32, lr {args.lr:g}, "
           f"warm start {warm}, {args.steps} steps each, {args.threads} threads")
     print("held-out (token-weighted over the held-out rows), printed as it goes:")
     head = "".join(f"{f'loss_{k}':>9}" for k in range(ttt)) + "".join(f"{f'acc_{k}':>8}" for k in range(ttt))

@@ -49,7 +49,7 @@ def main() -> None:
     conts = ev.continuations(model, prompts, args.new, tok.eos_token_id, progress=False)
     spec = DraftSpec(verifier=verifier, draft_vocab_size=data_draft_vocab_size(args.data))
     arms = {name: TrainSession(args.data, spec, lr=args.lr, total_seq_len=1024, max_steps=args.steps,
-                               hidden_states_dtype="bfloat16", warm_start_layer=layer, progress=False)
+                               warm_start_layer=layer, progress=False)
             for name, layer in (("random init", None), (f"warm start (layer {args.layer})", args.layer))}
     seconds = dict.fromkeys(arms, 0.0)
     rows = []

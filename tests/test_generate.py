@@ -53,6 +53,9 @@ def test_a_row_that_ends_early_stops_alone(tiny):
     assert greedy_batch(model, prompts, n, eos_token_id=[stop, -1]) == want
     assert greedy_batch(model, prompts, n, eos_token_id=[stop, -1], batch_size=2) == want
     assert greedy_batch(model, prompts, 1, eos_token_id=-1) == [r[:1] for r in free]
+    # keep_eos: the end token stays, as transformers' generate writes it (eagle3kit.evaluate's continuations)
+    kept = greedy_batch(model, prompts, n, eos_token_id=[stop, -1], batch_size=2, keep_eos=True)
+    assert kept == [w + [stop] if len(w) < n else w for w in want] and kept != want
 
 
 def test_bad_input_is_a_clear_error(tiny):

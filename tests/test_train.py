@@ -18,14 +18,14 @@ from eagle3kit.cli import main
 from eagle3kit.data.loader import make_loader
 from eagle3kit.data.manifest import DataError
 from eagle3kit.data.plots import plot_batch
-from eagle3kit.draft.config import DraftSpec, build_config, save_config, spec_from_saved
+from eagle3kit.draft.config import DraftSpec, build_config, native_bf16, save_config, spec_from_saved
 from eagle3kit.errors import UserError
 from eagle3kit.presets import NOTEBOOKS, parameters
 from eagle3kit.runner import NOTEBOOK_DIR
 from eagle3kit.train.checkpoint import CheckpointError, read_session
 from eagle3kit.train.loop import PlainLoop
 from eagle3kit.train.plots import plot_metrics, plot_step
-from eagle3kit.train.session import TrainingDiverged, TrainSession
+from eagle3kit.train.session import TrainingDiverged, TrainSession, TrainSettings
 
 from conftest import TINY_DATA_SEQ as SEQ
 from conftest import TINY_DATA_VOCAB as VOCAB
@@ -210,3 +210,24 @@ def test_notebook_05_declares_every_preset_parameter():
     for preset in ("ci", "demo"):
         assert set(parameters(preset, "05")) | {"workdir"} <= declared
     assert NOTEBOOKS["05"]["ci"]["total_seq_len"] % 128 == 0  # the launch YAML uses flex attention
+
+
+def test_bf16_without_native_support_is_warned(tiny_data, recwarn):
+    """"auto" trains in float32 on CPU; bf16 autocast and Muon (bf16 orthogonalization) are warned about on a CPU
+    that emulates bf16 (they ran ~30x and ~18x slower per step there), and not on one that has it."""
+    assert TrainSettings().resolved("cpu").hidden_states_dtype == "float32"
+    TrainSettings(hidden_states_dtype="bfloat16").resolved("cpu")
+    session(tiny_data, optimizer="muon")
+    said = " ".join(str(w.message) for w in recwarn.list)
+    if native_bf16():
+        assert "without native bf16" not in said
+    else:
+        assert "hidden_states_dtype='bfloat16' on a CPU without native bf16" in said
+        assert "optimizer='muon' on a CPU without native bf16" in said
+
+
+def test_a_verifier_name_trains_the_datas_draft_vocab(tiny_data):
+    """A session given only a verifier name (or nothing) builds the draft over the vocab the data has a mapping for."""
+    assert session(tiny_data).model.lm_head.out_features == VOCAB
+    assert TrainSession(tiny_data, "tiny", progress=False, total_seq_len=SEQ).model.lm_head.out_features == VOCAB
+    assert TrainSession(tiny_data, None, progress=False, total_seq_len=SEQ).model.lm_head.out_features == VOCAB

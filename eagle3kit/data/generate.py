@@ -78,8 +78,8 @@ class _BufferLayer(DynamicLayer):
 class _Batch:
     """The rows being decoded: right-aligned cache, attention mask, next position and reply of each row."""
 
-    def __init__(self, model, max_new_tokens: int, eos: set[int]):
-        self.model, self.max_new_tokens, self.eos = model, max_new_tokens, eos
+    def __init__(self, model, max_new_tokens: int, eos: set[int], keep_eos: bool = False):
+        self.model, self.max_new_tokens, self.eos, self.keep_eos = model, max_new_tokens, eos, keep_eos
         self.index: list[int] = []  # prompt index of each row
         self.replies: list[list[int]] = []
         self.layers: list[_BufferLayer] = []
@@ -98,7 +98,7 @@ class _Batch:
                            use_cache=True, logits_to_keep=1).logits
             first = int(logits[0, -1].argmax())
             if first in self.eos or self.max_new_tokens == 1:
-                done.append((i, [] if first in self.eos else [first]))
+                done.append((i, [] if first in self.eos and not self.keep_eos else [first]))
             else:
                 new.append((i, first, cache))
         if not new:
@@ -139,7 +139,7 @@ class _Batch:
         self.pos = self.pos + 1
         done, keep = [], []
         for r, t in enumerate(logits[:, -1].argmax(-1).tolist()):
-            if t not in self.eos:
+            if t not in self.eos or self.keep_eos:
                 self.replies[r].append(t)
             if t in self.eos or len(self.replies[r]) == self.max_new_tokens:
                 done.append((self.index[r], self.replies[r]))
@@ -157,14 +157,15 @@ class _Batch:
 
 
 def greedy_replies(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | Sequence[int],
-                   batch_size: int = 32) -> Iterator[tuple[int, list[int]]]:
+                   batch_size: int = 32, keep_eos: bool = False) -> Iterator[tuple[int, list[int]]]:
     """Yield ``(prompt index, reply token ids)`` as each greedy reply finishes (in no fixed order).
 
-    A reply ends before the first id in ``eos_token_id`` (left out) or after ``max_new_tokens`` ids. Up to
+    A reply ends at the first id in ``eos_token_id`` (left out unless ``keep_eos``, as ``generate`` keeps it) or
+    after ``max_new_tokens`` ids. Up to
     ``batch_size`` rows decode together; a place that frees up is refilled once a quarter of the batch is free."""
     _check(prompts, max_new_tokens, batch_size)
     return _replies(model, prompts, max_new_tokens,
-                    {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id), batch_size)
+                    {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id), batch_size, keep_eos)
 
 
 def _check(prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_size: int) -> None:
@@ -177,9 +178,9 @@ def _check(prompts: Sequence[Sequence[int]], max_new_tokens: int, batch_size: in
 
 
 def _replies(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: set[int],
-             batch_size: int) -> Iterator[tuple[int, list[int]]]:
+             batch_size: int, keep_eos: bool) -> Iterator[tuple[int, list[int]]]:
     waiting = sorted(range(len(prompts)), key=lambda i: len(prompts[i]), reverse=True)  # pop() = shortest
-    batch = _Batch(model, max_new_tokens, eos)
+    batch = _Batch(model, max_new_tokens, eos, keep_eos)
     while waiting or len(batch):
         free = batch_size - len(batch)
         if waiting and (free >= max(1, batch_size // 4) or not len(batch)):
@@ -194,9 +195,9 @@ def _replies(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: 
 
 
 def greedy_batch(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id: int | Sequence[int],
-                 batch_size: int = 32) -> list[list[int]]:
+                 batch_size: int = 32, keep_eos: bool = False) -> list[list[int]]:
     """The greedy reply of each prompt (see :func:`greedy_replies`), in the prompts' order."""
     out: list[list[int]] = [[] for _ in prompts]
-    for i, reply in greedy_replies(model, prompts, max_new_tokens, eos_token_id, batch_size):
+    for i, reply in greedy_replies(model, prompts, max_new_tokens, eos_token_id, batch_size, keep_eos):
         out[i] = reply
     return out

@@ -89,6 +89,12 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 / AMX, as oneDNN reports it). Without it, bf16 autocast
+    is emulated: a 1024x576 @ 576x1536 matmul took 1.9 s in bf16 against 56 ms in float32 on an AVX2-only EPYC."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def registered_attention_implementations() -> list[str]:
     """Attention implementations the installed transformers + speculators register (plus eager)."""
     return sorted({"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()})

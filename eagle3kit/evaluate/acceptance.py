@@ -25,7 +25,8 @@ from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
 from eagle3kit.data.conversations import Conversation, ConversationError, prompt_turns
-from eagle3kit.evaluate.decode import aux_hidden_states, greedy_generate, speculative_generate, to_verifier_ids
+from eagle3kit.data.generate import greedy_replies
+from eagle3kit.evaluate.decode import aux_hidden_states, speculative_generate, to_verifier_ids
 
 
 @dataclass
@@ -85,10 +86,18 @@ def chat_prompts(tokenizer, conversations: list[Conversation], n: int, max_promp
 
 
 def continuations(verifier, prompts: list[torch.Tensor], max_new_tokens: int, eos_token_id=None,
-                  progress: bool = True) -> list[list[int]]:
-    """The verifier's greedy continuation of every prompt (transformers ``generate``)."""
-    return [greedy_generate(verifier, p, max_new_tokens, eos_token_id)
-            for p in tqdm(prompts, desc="greedy continuations", disable=not progress)]
+                  progress: bool = True, batch_size: int = 16) -> list[list[int]]:
+    """The verifier's greedy continuation of every prompt ([1, P] ids), ending with the eos id that stops it as
+    transformers' ``generate`` writes it (None: the model's generation config). Decoded ``batch_size`` prompts at a
+    time by :func:`eagle3kit.data.generate.greedy_replies`: ~4x faster than one at a time on 2 cores, and equal to
+    batch-1 ``generate`` except at floating-point ties (bench/regenerate.py measures both)."""
+    eos = verifier.generation_config.eos_token_id if eos_token_id is None else eos_token_id
+    out: list[list[int]] = [[] for _ in prompts]
+    replies = greedy_replies(verifier, [p[0].tolist() for p in prompts], max_new_tokens,
+                             [] if eos is None else eos, batch_size, keep_eos=True)
+    for i, reply in tqdm(replies, total=len(prompts), desc="greedy continuations", disable=not progress):
+        out[i] = reply
+    return out
 
 
 @torch.no_grad()

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
@@ -25,9 +26,9 @@ from speculators.losses import resolve_loss_config
 from speculators.train.utils import normalize_counted_metrics
 from tqdm.auto import tqdm
 
-from eagle3kit.data.manifest import data_verifier
+from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.errors import UserError
-from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config
+from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, native_bf16
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
@@ -64,8 +65,8 @@ class TrainSettings:
     loss_fn: str = "kl_div"
     ttt_step_loss_decay: float = 1.0
     train_data_ratio: float = 0.9
-    # "auto": float32 on CPU (exact), bfloat16 autocast on CUDA. "bfloat16" on CPU autocasts too: about 1.4x faster
-    # steps on CPUs with AVX512-BF16 or AMX, not bit-exact.
+    # "auto": float32 on CPU (exact), bfloat16 autocast on CUDA. "bfloat16" on CPU autocasts too: faster only on CPUs
+    # with native bf16 (AVX512-BF16 / AMX), not bit-exact, and much slower elsewhere (see native_bf16).
     hidden_states_dtype: str = "auto"
     loss_implementation: str = "auto"  # "auto": eager on CPU (Triton-free), fused on CUDA
     # None: speculators' random init. N: start the draft layer, fc and norm from verifier decoder layer N (-1: the
@@ -76,6 +77,10 @@ class TrainSettings:
         cpu = not device.startswith("cuda")
         dtype = self.hidden_states_dtype if self.hidden_states_dtype != "auto" else ("float32" if cpu else "bfloat16")
         impl = self.loss_implementation if self.loss_implementation != "auto" else ("eager" if cpu else "fused")
+        if cpu and dtype == "bfloat16" and not native_bf16():
+            warnings.warn("hidden_states_dtype='bfloat16' on a CPU without native bf16 (no AVX512-BF16 / AMX): "
+                          "autocast emulates it, and training is many times slower than in float32 here; use "
+                          "hidden_states_dtype='auto' (`--hidden-states-dtype auto`).", stacklevel=3)
         return dataclasses.replace(self, hidden_states_dtype=dtype, loss_implementation=impl)
 
 
@@ -107,7 +112,7 @@ class TrainSession:
                             "(e.g. `--total-seq-len 1024`).")
         if s.hidden_states_dtype not in HIDDEN_STATES_DTYPES:
             raise UserError(f"hidden_states_dtype={s.hidden_states_dtype!r} is not one of 'auto', "
-                            f"{', '.join(map(repr, HIDDEN_STATES_DTYPES))}; e.g. `--hidden-states-dtype bfloat16`.")
+                            f"{', '.join(map(repr, HIDDEN_STATES_DTYPES))}; e.g. `--hidden-states-dtype float32`.")
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = self.build.config.speculators_config.proposal_methods[0].speculative_tokens
@@ -294,7 +299,6 @@ def _as_build(draft: DraftBuild | DraftSpec | str | None, data_dir: Path) -> Dra
         return draft
     if isinstance(draft, DraftSpec):
         return build_config(dataclasses.replace(draft))
-    if isinstance(draft, str):
-        return build_config(verifier=draft)
-    return build_config(verifier=data_verifier(data_dir))
+    # a verifier name or None: the draft vocab the data has a mapping for (else the full vocab)
+    return build_config(verifier=draft or data_verifier(data_dir), draft_vocab_size=data_draft_vocab_size(data_dir))
 
