@@ -60,3 +60,20 @@ def test_the_metric_plot_smooths_the_history_with_an_ema(tiny_data):
     np.testing.assert_array_equal(drawn["_TTT step 0 raw"].get_ydata(), losses)
     np.testing.assert_allclose(drawn["TTT step 0"].get_ydata(), ema(losses))
     assert ema(losses)[1] != losses[1]  # the plot really smooths: not the raw values again
+
+
+def test_a_run_redraws_by_time_not_after_every_step(tiny_data):
+    """Run N redraws the plots at most every ``redraw_seconds`` (drawing after each step slowed short steps several-
+    fold on 2 cores), and always once at the end."""
+    s = TrainSession(tiny_data, DraftSpec(verifier="tiny", draft_vocab_size=VOCAB, device="cpu"), progress=False,
+                     total_seq_len=SEQ, warmup_steps=0)
+    drawn = []
+
+    class Counting(TrainingStepper):
+        def refresh(self) -> None:
+            super().refresh()
+            drawn.append(self.session.global_step)
+
+    ui = Counting(s, n=2, redraw_seconds=3600.0)
+    ui.run(4, background=False)
+    assert drawn == [0, 4]  # built, then the end of the run only
