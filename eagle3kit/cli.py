@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable
 
 from eagle3kit import cli_args, cli_draft, cli_evaluate, cli_train
@@ -83,8 +84,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings in a terminal as one plain line each, like the errors (no source path, no code line)."""
+    return f"eagle3kit: warning: {' '.join(str(message).split())}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    warnings.formatwarning = _one_line_warning
     args = build_parser(argv[0] if argv else "").parse_args(argv)
     try:
         return args.func(args)
