@@ -75,7 +75,7 @@ def test_options_given_are_the_ones_typed_and_the_rest_keep_the_dataclass_defaul
 def test_field_comments_read_the_line_or_the_lines_above():
     notes = field_comments(TrainSettings)
     assert notes["muon_lr"].startswith("the Muon group's LR")
-    assert notes["hidden_states_dtype"].startswith('"auto": float32 on CPU')  # two comment lines above the field
+    assert notes["hidden_states_dtype"].startswith('"auto": float32 on CPU')  # the comment line above the field
     assert "lr" in notes and notes["lr"] == ""
 
 

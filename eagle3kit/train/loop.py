@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import typing
-import warnings
 from typing import Any
 
 import torch
@@ -23,7 +22,7 @@ from speculators.train.config.schema import OptimizerArgs
 from speculators.train.optimizers import build_optimizers
 from transformers import get_constant_schedule, get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
 
-from eagle3kit.draft.config import DraftBuild, native_bf16
+from eagle3kit.draft.config import DraftBuild, warn_if_bf16_emulated
 from eagle3kit.draft.model import build_for_data
 from eagle3kit.errors import UserError
 
@@ -43,12 +42,10 @@ def optimizer_args(settings: Any) -> OptimizerArgs:
 
 def make_optimizers(model: torch.nn.Module, settings: Any) -> list[torch.optim.Optimizer]:
     """The optimizer(s) speculators' ``Trainer`` steps: ``[AdamW]`` or ``[Muon, AdamW]``."""
-    on_cpu = next(model.parameters()).device.type == "cpu"
-    if settings.optimizer == "muon" and on_cpu and not native_bf16():
+    if settings.optimizer == "muon" and next(model.parameters()).device.type == "cpu":
         # torch.optim.Muon orthogonalizes each update in bf16: a 512-token step took 33 s against 1.8 s with AdamW
-        warnings.warn("optimizer='muon' on a CPU without native bf16 (no AVX512-BF16 / AMX): torch's Muon "
-                      "orthogonalizes every update in bf16, which this CPU emulates, so a step is ~18x slower than "
-                      "with AdamW here; use optimizer='adamw' (`--optimizer adamw`) on this machine.", stacklevel=2)
+        warn_if_bf16_emulated("optimizer='muon'", "use optimizer='adamw' (`--optimizer adamw`) on this machine",
+                              "torch's Muon orthogonalizes every update in bf16, ~18x slower a step than AdamW here")
     return build_optimizers(model, optimizer_args(settings))
 
 

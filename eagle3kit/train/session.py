@@ -14,7 +14,6 @@ import dataclasses
 import os
 import threading
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from tqdm.auto import tqdm
 
 from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.errors import UserError
-from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, native_bf16
+from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, warn_if_bf16_emulated
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
@@ -65,8 +64,7 @@ class TrainSettings:
     loss_fn: str = "kl_div"
     ttt_step_loss_decay: float = 1.0
     train_data_ratio: float = 0.9
-    # "auto": float32 on CPU (exact), bfloat16 autocast on CUDA. "bfloat16" on CPU autocasts too: faster only on CPUs
-    # with native bf16 (AVX512-BF16 / AMX), not bit-exact, and much slower elsewhere (see native_bf16).
+    # "auto": float32 on CPU (exact), bf16 autocast on CUDA; "bfloat16" on CPU: see eagle3kit.draft.config.native_bf16
     hidden_states_dtype: str = "auto"
     loss_implementation: str = "auto"  # "auto": eager on CPU (Triton-free), fused on CUDA
     # None: speculators' random init. N: start the draft layer, fc and norm from verifier decoder layer N (-1: the
@@ -77,10 +75,9 @@ class TrainSettings:
         cpu = not device.startswith("cuda")
         dtype = self.hidden_states_dtype if self.hidden_states_dtype != "auto" else ("float32" if cpu else "bfloat16")
         impl = self.loss_implementation if self.loss_implementation != "auto" else ("eager" if cpu else "fused")
-        if cpu and dtype == "bfloat16" and not native_bf16():
-            warnings.warn("hidden_states_dtype='bfloat16' on a CPU without native bf16 (no AVX512-BF16 / AMX): "
-                          "autocast emulates it, and training is many times slower than in float32 here; use "
-                          "hidden_states_dtype='auto' (`--hidden-states-dtype auto`).", stacklevel=3)
+        if cpu and dtype == "bfloat16":  # faster on CPUs with native bf16, not bit-exact; much slower elsewhere
+            warn_if_bf16_emulated("hidden_states_dtype='bfloat16'", "use hidden_states_dtype='auto' (`--hidden-"
+                                  "states-dtype auto`)", "autocast emulates it, many times slower than float32")
         return dataclasses.replace(self, hidden_states_dtype=dtype, loss_implementation=impl)
 
 
