@@ -46,8 +46,8 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "max_steps": 40, "warm_start_layer": -1,
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64},
         # demo training budget, shared with 06 (which resumes this session): 53 steps here + 47 in 06 = the 100-step
-        # LR schedule, 1024 tokens a step in float32: ~5 s a step on a 2-core AVX2 machine (no native bf16: see
-        # eagle3kit.draft.config.native_bf16), ~8 minutes of training in all.
+        # LR schedule, 1024 tokens a step in float32: 3-6 s a step on a 2-core AVX2 machine (no native bf16: see
+        # eagle3kit.draft.config.native_bf16), 5-9 minutes of training in all.
         # The draft starts from the verifier's last layer (eagle3kit.draft.warm_start; bench/warm_start.py measures it).
         "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 2048,
                  "lr": 2e-3, "max_steps": 100, "warm_start_layer": -1,
