@@ -292,10 +292,10 @@ class TrainSession:
 
 
 def _as_build(draft: DraftBuild | DraftSpec | str | None, data_dir: Path) -> DraftBuild:
+    """A verifier name or None gets the draft vocab the data has a mapping for (else the full vocab)."""
     if isinstance(draft, DraftBuild):
         return draft
     if isinstance(draft, DraftSpec):
         return build_config(dataclasses.replace(draft))
-    # a verifier name or None: the draft vocab the data has a mapping for (else the full vocab)
     return build_config(verifier=draft or data_verifier(data_dir), draft_vocab_size=data_draft_vocab_size(data_dir))
 
