@@ -21,6 +21,7 @@ from speculators.train.utils import normalize_counted_metrics
 
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.loader import make_loader
+from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.logs import quiet
 from eagle3kit.train.session import TrainSession
@@ -54,27 +55,32 @@ def main() -> None:
     ap.add_argument("--data", default=None, help="data directory (default: built in /tmp/eagle3kit-bench-optimizer-*)")
     ap.add_argument("--conversations", type=int, default=48)
     ap.add_argument("--total-seq-len", type=int, default=512)
-    ap.add_argument("--draft-vocab-size", type=int, default=2048)
+    ap.add_argument("--draft-vocab-size", type=int, default=2048, help="when the data is built here")
     ap.add_argument("--steps", type=int, default=60, help="training steps per optimizer")
     ap.add_argument("--eval-every", type=int, default=20)
+    ap.add_argument("--ttt-steps", type=int, default=DraftSpec().ttt_steps)
     ap.add_argument("--lr", type=float, default=2e-3, help="AdamW lr (and the Muon group's, as speculators)")
     ap.add_argument("--warm-start-layer", type=int, default=-1, help="as the demo preset; use -2 for random init")
+    ap.add_argument("--hidden-states-dtype", default="native", help="as the demo preset: bf16 where the CPU has it")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     quiet()
 
     data = Path(args.data or f"/tmp/eagle3kit-bench-optimizer-{args.verifier}")
-    build_dataset(args.verifier, data, n_conversations=args.conversations, seq_length=args.total_seq_len,
-                  held_out=2, draft_vocab_size=args.draft_vocab_size, dtype="float32", progress=False)
-    spec = DraftSpec(verifier=args.verifier, draft_vocab_size=args.draft_vocab_size, device="cpu")
+    if not args.data:  # a given data directory is used as it is (e.g. notebook 04's: the demo's own data)
+        build_dataset(args.verifier, data, n_conversations=args.conversations, seq_length=args.total_seq_len,
+                      held_out=2, draft_vocab_size=args.draft_vocab_size, dtype="float32", progress=False)
+    spec = DraftSpec(verifier=data_verifier(data), draft_vocab_size=data_draft_vocab_size(data), device="cpu",
+                     ttt_steps=args.ttt_steps)
     warm = None if args.warm_start_layer == -2 else args.warm_start_layer
     sessions = {name: TrainSession(data, spec, progress=False, total_seq_len=args.total_seq_len, lr=args.lr,
-                                   max_steps=args.steps, warm_start_layer=warm,
-                                   optimizer=name) for name in OPTIMIZERS}
+                                   max_steps=args.steps, warm_start_layer=warm, optimizer=name,
+                                   hidden_states_dtype=args.hidden_states_dtype) for name in OPTIMIZERS}
     ttt = next(iter(sessions.values())).ttt_steps
-    print(f"\nverifier {args.verifier}, {len(sessions['adamw'].batches.dataset)} training rows, total_seq_len "
-          f"{args.total_seq_len}, draft vocab {args.draft_vocab_size}, float32, lr {args.lr:g}, "
+    print(f"\nverifier {args.verifier}, {len(sessions['adamw'].batches.dataset)} training rows from {data}, "
+          f"total_seq_len {args.total_seq_len}, draft vocab {spec.draft_vocab_size}, "
+          f"{sessions['adamw'].settings.hidden_states_dtype}, lr {args.lr:g}, "
           f"warm start {warm}, {args.steps} steps each, {args.threads} threads")
     print("held-out (token-weighted over the held-out rows), printed as it goes:")
     head = "".join(f"{f'loss_{k}':>9}" for k in range(ttt)) + "".join(f"{f'acc_{k}':>8}" for k in range(ttt))

@@ -1,6 +1,6 @@
 """τ against budget: the demo recipe at several sizes, each made from scratch and timed stage by stage.
 
-    .venv/bin/python bench/quality.py [--points 32:100,64:200,128:400] [--n-prompts 16] [--out FILE.json]
+    .venv/bin/python bench/quality.py [--points 64:60,128:120,256:240] [--n-prompts 16] [--out FILE.json]
 
 A point ``N:S`` regenerates N + held-out + 8 replies with the verifier (as notebook 04 does), stores their hidden
 states, trains S steps (notebook 05's settings) and scores the draft's simulated τ on the same held-out prompts for
@@ -23,7 +23,7 @@ import torch
 from eagle3kit import presets
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.regenerate import distinct_prompts, regenerate
-from eagle3kit.draft.config import DraftSpec
+from eagle3kit.draft.config import DraftSpec, native_bf16
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate.budget import BudgetPoint, best_per_minute, plot_tau_vs_budget, write_curve
 from eagle3kit.logs import quiet
@@ -52,12 +52,12 @@ def run_point(n: int, steps: int, work: Path, verifier, data: dict, train: dict,
                          batch_size=data["batch_size"], source=regen.path, progress=False)
     seconds["hidden_states"] = time.perf_counter() - t
     t = time.perf_counter()
-    spec = DraftSpec(verifier=verifier, draft_vocab_size=info.draft_vocab_size, device="cpu")
+    model, prompts, conts, k = evaluation  # the draft trains k TTT steps and proposes k tokens a round
+    spec = DraftSpec(verifier=verifier, draft_vocab_size=info.draft_vocab_size, device="cpu", ttt_steps=k)
     session = TrainSession(work / "data", spec, progress=False, max_steps=steps, **train)
     session.run(steps)
     seconds["train"] = time.perf_counter() - t
     t = time.perf_counter()
-    model, prompts, conts, k = evaluation
     result = ev.simulate(model, session.model.eval(), prompts, conts, k, progress=False)
     seconds["evaluate"] = time.perf_counter() - t
     per_pos = [float(x) for x in result.rates()["cumulative"]]
@@ -68,7 +68,7 @@ def run_point(n: int, steps: int, work: Path, verifier, data: dict, train: dict,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--verifier", default="smollm2")
-    ap.add_argument("--points", default="32:100,64:200,128:400", help="N:S pairs (conversations:steps)")
+    ap.add_argument("--points", default="64:60,128:120,256:240", help="N:S pairs (conversations:steps)")
     ap.add_argument("--n-prompts", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
@@ -77,13 +77,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     quiet()
     data, train = presets.parameters("demo", "04"), presets.parameters("demo", "05")
-    train = {key: train[key] for key in ("lr", "hidden_states_dtype", "warm_start_layer") if key in train}
+    ttt_steps = int(train.get("ttt_steps", DraftSpec().ttt_steps))  # the draft's k, as notebook 06 measures it
+    train = {key: train[key] for key in ("lr", "hidden_states_dtype", "warm_start_layer", "optimizer") if key in train}
     points = [tuple(map(int, p.split(":"))) for p in args.points.split(",")]
     verifier = resolve(args.verifier).path
     tok, model = load_tokenizer(verifier), load_model(verifier)
     prompts = eval_prompts(tok, args.n_prompts, max(n for n, _ in points) + data["held_out"] + 8, 128)
     conts = ev.continuations(model, prompts, args.max_new_tokens, tok.eos_token_id, progress=False)
-    k = DraftSpec().ttt_steps
+    k = ttt_steps
     load0 = os.getloadavg()
     results = []
     for n, steps in points:
@@ -97,7 +98,8 @@ def main() -> None:
               f"{point.minutes:.1f} min {point.seconds}", flush=True)
     load1 = os.getloadavg()
     context = {"verifier": args.verifier, "n_prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "k": k,
-               "recipe": {"data": data, "train": train}, "cpus": os.cpu_count(), "threads": args.threads,
+               "recipe": {"data": data, "train": train}, "cpus": os.cpu_count(), "native_bf16": native_bf16(),
+               "threads": args.threads,
                "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in load1]}
     write_curve(results, args.out, **context)
     plot_tau_vs_budget(results).savefig(Path(args.out).with_suffix(".png"), dpi=90)

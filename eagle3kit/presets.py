@@ -23,7 +23,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     },
     "02": {
         "ci": {"seq_len": 128, "probe_timeout": 120, "repeats": 2, "draft_vocab_size": 4096},
-        "demo": {"seq_len": 256, "probe_timeout": 300, "repeats": 5, "draft_vocab_size": 0},
+        "demo": {"seq_len": 256, "probe_timeout": 300, "repeats": 3, "draft_vocab_size": 2048},
     },
     "03": {
         "ci": {"n_documents": 24, "total_seq_len": 3072, "sliding_window": 256,
@@ -35,31 +35,33 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
                "dtype": "float32", "regenerate_tokens": 16},
         # demo: the verifier writes the replies (self-distillation; held-out tau 1.21 vs 1.12 on ShareGPT's replies at
-        # the same steps), a 2048-token draft vocab (~2x faster steps than 8192)
-        # 128 replies of up to 192 tokens: the verifier decodes ~9 tokens/s at batch 1 on this kind of 2-core machine
-        # (memory-bound), ~40 tokens/s batched (bench/regenerate.py), so regeneration stays a few minutes
-        "demo": {"n_conversations": 128, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
-                 "batch_size": 4, "dtype": "float32", "regenerate_tokens": 192},
+        # the same steps), a 2048-token draft vocab (~2x faster steps than 8192). Many short replies beat fewer long
+        # ones at the same cost: 256 replies of <= 96 tokens, ~24k tokens at ~95 tokens/s batched (~4.5 min), hidden
+        # states ~1.7 min, on a 2-core AVX512 EPYC (bench/quality.py measures the whole recipe).
+        "demo": {"n_conversations": 256, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
+                 "batch_size": 4, "dtype": "float32", "regenerate_tokens": 96},
     },
     "05": {
         "ci": {"n_conversations": 8, "seq_length": 192, "draft_vocab_size": 2048, "total_seq_len": 384,
                "max_steps": 40, "warm_start_layer": -1,
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64},
-        # demo training budget, shared with 06 (which resumes this session): 53 steps here + 47 in 06 = the 100-step
-        # LR schedule, 1024 tokens a step in float32: 3-6 s a step on a 2-core AVX2 machine (no native bf16: see
-        # eagle3kit.draft.config.native_bf16), 5-9 minutes of training in all.
+        # demo training budget, shared with 06 (which resumes this session): 120 steps here + 120 in 06 = the 240-step
+        # LR schedule, 1024 tokens a step, bf16 autocast where the CPU has it ("native"; ~0.9 s a step on a 2-core
+        # AVX512-BF16 EPYC, ~1.4x float32; 3-5 s a step in float32 on an AVX2-only one). 100 steps reached tau 1.11,
+        # 300 steps 1.35 (ttt_steps 1 and 2 measured no better per minute at k = 3).
         # The draft starts from the verifier's last layer (eagle3kit.draft.warm_start; bench/warm_start.py measures it).
         "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 2048,
-                 "lr": 2e-3, "max_steps": 100, "warm_start_layer": -1,
-                 "first_steps": 3, "run_steps": 50, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64},
+                 "lr": 2e-3, "max_steps": 240, "warm_start_layer": -1, "hidden_states_dtype": "native",
+                 "first_steps": 3, "run_steps": 117, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64},
     },
     "06": {
         "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_conversations": 8,
                "seq_length": 256, "draft_vocab_size": 2048, "n_prompts": 2, "max_new_tokens": 24,
                "max_prompt_tokens": 64, "k": 0, "vllm_check": False},
         # demo: `make demo` installs vLLM's CPU build first (`make vllm`), so the export is checked in real vLLM
-        "demo": {"resume_from_05": True, "train_steps": 47, "lr": 2e-3, "n_conversations": 64,
-                 "seq_length": 1024, "draft_vocab_size": 2048, "n_prompts": 16, "max_new_tokens": 64,
+        "demo": {"resume_from_05": True, "train_steps": 120, "lr": 2e-3, "n_conversations": 64,
+                 "seq_length": 1024, "draft_vocab_size": 2048, "n_prompts": 16, "n_decode_prompts": 4,
+                 "max_new_tokens": 64,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
     },
 }

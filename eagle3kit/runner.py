@@ -141,7 +141,7 @@ def run_notebooks(
         except Exception as exc:  # papermill raises PapermillExecutionError; anything else is reported too
             cell, error = _failure(target) if target.exists() else (None, f"{type(exc).__name__}: {exc}")
             result = NotebookResult(path.name, "failed", time.perf_counter() - t0, cell, error)
-        result.summary = _read_summary(workdir, path.name[:2])
+        result.summary = read_summary(workdir, path.name[:2])
         results.append(result)
         if progress:
             print(f"    {result.status} in {result.seconds:.1f}s" + (f" - {result.error}" if result.error else ""))
@@ -151,9 +151,9 @@ def run_notebooks(
     return results
 
 
-def _read_summary(workdir: Path, number: str) -> dict | None:
+def read_summary(workdir: str | os.PathLike, number: str) -> dict | None:
     """A notebook may leave ``workdir/summary_NN.json`` with its headline numbers."""
-    path = workdir / f"summary_{number}.json"
+    path = Path(workdir) / f"summary_{number}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 

@@ -40,6 +40,7 @@ workdir = "../runs/interactive/work"
 # %%
 # %matplotlib inline
 import json
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -96,9 +97,11 @@ else:
 # final norm, because speculators applies `verifier_norm` itself.
 
 # %%
+t0 = time.perf_counter()
 info = build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
                      draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
                      source=source)
+hidden_states_seconds = time.perf_counter() - t0
 pd.Series(info.to_dict()).to_frame("value")
 
 # %%
@@ -217,4 +220,6 @@ record_summary(workdir, "04", samples=info.n_samples, tokens=info.tokens, assist
                extraction_tokens_per_s=round(info.tokens_per_s or 0), targets_ok=check["ok"],
                coverage=round(info.coverage, 4), data_dir=str(data_dir),
                replies="verifier" if regenerate_tokens else "sharegpt",
-               regenerate_tokens_per_s=round(regen.tokens_per_s or 0) if regenerate_tokens else None)
+               regenerate_tokens_per_s=round(regen.tokens_per_s or 0) if regenerate_tokens else None,
+               regenerate_seconds=round(regen.seconds) if regenerate_tokens else 0,
+               hidden_states_seconds=round(hidden_states_seconds))

@@ -45,6 +45,7 @@ n_conversations = 8         # only when the data has to be built here
 seq_length = 256            # only when the data has to be built here
 draft_vocab_size = 2048     # only when the data has to be built here
 n_prompts = 4               # held-out prompts for τ
+n_decode_prompts = 0        # of those, how many the trained draft's real decode loop runs (batch 1, slow); 0: all
 max_new_tokens = 48         # greedy continuation length per prompt
 max_prompt_tokens = 128     # the user turn is cut to this many tokens
 k = 0                       # draft tokens per round; 0: the draft's ttt_steps
@@ -66,9 +67,10 @@ from eagle3kit.draft.config import DraftSpec
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate import conventions, export, serve, vllm_compare
+from eagle3kit.evaluate.budget import best_per_minute, plot_tau_vs_budget, read_curve
 from eagle3kit.evaluate.serve import VllmInputError
 from eagle3kit.evaluate.vllm_env import VllmNotInstalled, vllm_python
-from eagle3kit.runner import record_summary
+from eagle3kit.runner import read_summary, record_summary
 from eagle3kit.train.plots import plot_metrics
 from eagle3kit.train.session import TrainSession
 from eagle3kit.verifier import load_model, load_tokenizer
@@ -160,10 +162,14 @@ plot_metrics(session.history)
 # ## Trained draft: τ simulated and by the real decode loop
 #
 # The decode loop's output is compared with plain greedy decoding (`lossless`: prompts where every token is equal).
+# It decodes one prompt at a time, so `n_decode_prompts` can keep it to the first few; the simulation (and vLLM
+# below) use all of them.
 
 # %%
 sim["trained"] = ev.simulate(verifier_model, session.model, prompts, conts, k)
-real["trained"] = ev.decode(verifier_model, session.model, prompts, conts, k, tokenizer.eos_token_id)
+n_decode = n_decode_prompts or len(prompts)
+real["trained"] = ev.decode(verifier_model, session.model, prompts[:n_decode], conts[:n_decode], k,
+                            tokenizer.eos_token_id)
 table = ev.summary_table(sim, real)
 display(table)
 for name in sim:
@@ -171,6 +177,30 @@ for name in sim:
     print(f"{name}: simulated τ {sim[name].tau:.3f}, decode-loop τ {real[name].tau:.3f} (|difference| {gap:.3f}); "
           f"lossless on {real[name].lossless}/{real[name].prompts} prompts; decode {real[name].seconds:.1f}s")
 ev.plot_acceptance(sim)
+
+# %% [markdown]
+# ## Where this run sits: τ against the minutes it cost
+#
+# `bench/quality.py` runs this recipe (the verifier writes the replies, its hidden states are stored, the draft trains
+# from the verifier's last layer) from scratch at several budgets and scores each draft on 16 held-out prompts. The
+# star is this run: its minutes are notebook 04's regeneration and hidden states plus every training step of 05 and
+# 06; its τ is measured on this notebook's prompts, so expect it near the curve, not on it.
+
+# %%
+made = read_summary(workdir, "04") or {}
+data_seconds = made.get("regenerate_seconds", 0) + made.get("hidden_states_seconds", 0)
+run_minutes = (data_seconds + sum(r["seconds"] for r in session.history)) / 60
+print(f"this run: {run_minutes:.1f} CPU minutes to make the draft "
+      f"({data_seconds / 60:.1f} data, {run_minutes - data_seconds / 60:.1f} training), τ {sim['trained'].tau:.3f}")
+try:
+    curve, measured = read_curve()
+except FileNotFoundError as exc:
+    print(exc)
+else:
+    best = best_per_minute(curve)
+    print(f"curve measured with {measured.get('threads')} threads, load {measured.get('load_before')}; best per minute: "
+          f"{best.n_conversations} conversations, {best.steps} steps (τ {best.tau:.3f} in {best.minutes:.1f} min)")
+    display(plot_tau_vs_budget(curve, here=(run_minutes, sim["trained"].tau)))
 
 # %% [markdown]
 # ## τ as other tools count it
@@ -238,6 +268,6 @@ record_summary(workdir, "06", tau_untrained=round(sim["untrained"].tau, 3), tau_
                tau_decode_untrained=round(real["untrained"].tau, 3), tau_decode_trained=round(real["trained"].tau, 3),
                lossless=all(r.lossless == r.prompts for r in real.values()), k=k,
                train_steps_06=train_steps, train_steps_total=session.global_step,
-               train_seconds_06=round(train_seconds), export=str(out),
+               train_seconds_06=round(train_seconds), minutes_to_make=round(run_minutes, 1), export=str(out),
                tau_vllm=None if vllm is None else round(vllm.tau, 3),
                vllm_lossless=None if vllm is None else vllm.lossless == len(prompts))

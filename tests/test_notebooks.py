@@ -91,6 +91,8 @@ def test_all_notebooks_run_with_the_ci_preset(ci_run):
     assert summary["ok"] and len(summary["notebooks"]) == len(NOTEBOOKS)
     for r in results:
         print(f"{r.notebook}: {r.seconds:.1f}s {r.summary or ''}")
+    made = results[-1].summary["minutes_to_make"]  # 06 placed the run on the τ-vs-budget curve: data + training time
+    assert 0 < made < sum(r.seconds for r in results) / 60
     assert all((out / p.name).exists() for p in NOTEBOOKS)
 
 

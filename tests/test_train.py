@@ -226,6 +226,19 @@ def test_bf16_without_native_support_is_warned(tiny_data, recwarn):
         assert "optimizer='muon' on a CPU without native bf16" in said
 
 
+def test_native_picks_bf16_only_where_the_hardware_has_it(tiny_data, recwarn):
+    """"native" (the demo's choice) trains in bf16 autocast on CUDA and on a CPU with native bf16, float32 elsewhere,
+    and never warns about emulated bf16; the session's autocast follows it."""
+    assert TrainSettings(hidden_states_dtype="native").resolved("cuda").hidden_states_dtype == "bfloat16"
+    expected = "bfloat16" if native_bf16() else "float32"
+    assert TrainSettings(hidden_states_dtype="native").resolved("cpu").hidden_states_dtype == expected
+    s = session(tiny_data, hidden_states_dtype="native")
+    assert s.settings.hidden_states_dtype == expected and s.dtype == getattr(torch, expected)
+    assert "without native bf16" not in " ".join(str(w.message) for w in recwarn.list)
+    with pytest.raises(UserError, match="'native'"):
+        session(tiny_data, hidden_states_dtype="bf16")
+
+
 def test_a_verifier_name_trains_the_datas_draft_vocab(tiny_data):
     """A session given only a verifier name (or nothing) builds the draft over the vocab the data has a mapping for."""
     assert session(tiny_data).model.lm_head.out_features == VOCAB
