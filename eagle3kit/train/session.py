@@ -64,8 +64,7 @@ class TrainSettings:
     loss_fn: str = "kl_div"
     ttt_step_loss_decay: float = 1.0
     train_data_ratio: float = 0.9
-    # "auto": float32 on CPU (exact), bf16 autocast on CUDA; "native": bf16 autocast where the hardware computes bf16
-    # (CUDA, a CPU with AVX512-BF16 / AMX: ~1.4x faster steps on 2 cores), else float32; see draft.config.native_bf16
+    # "auto": float32 on CPU (exact), bf16 on CUDA; "native": bf16 autocast where the hardware has it (native_bf16)
     hidden_states_dtype: str = "auto"
     loss_implementation: str = "auto"  # "auto": eager on CPU (Triton-free), fused on CUDA
     # None: speculators' random init. N: start the draft layer, fc and norm from verifier decoder layer N (-1: the
@@ -74,9 +73,8 @@ class TrainSettings:
 
     def resolved(self, device: str) -> TrainSettings:
         cpu = not device.startswith("cuda")
-        dtype = {"auto": "float32" if cpu else "bfloat16",
-                 "native": "bfloat16" if not cpu or native_bf16() else "float32"}.get(self.hidden_states_dtype,
-                                                                                      self.hidden_states_dtype)
+        bf16 = {"auto": not cpu, "native": not cpu or native_bf16()}.get(self.hidden_states_dtype)
+        dtype = self.hidden_states_dtype if bf16 is None else ("bfloat16" if bf16 else "float32")
         impl = self.loss_implementation if self.loss_implementation != "auto" else ("eager" if cpu else "fused")
         if cpu and dtype == "bfloat16":  # faster on CPUs with native bf16, not bit-exact; much slower elsewhere
             warn_if_bf16_emulated("hidden_states_dtype='bfloat16'", "use hidden_states_dtype='auto' (`--hidden-"
