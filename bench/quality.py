@@ -77,14 +77,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     quiet()
     data, train = presets.parameters("demo", "04"), presets.parameters("demo", "05")
-    ttt_steps = int(train.get("ttt_steps", DraftSpec().ttt_steps))  # the draft's k, as notebook 06 measures it
+    k = int(train.get("ttt_steps", DraftSpec().ttt_steps))  # the draft's TTT steps = the k notebook 06 measures
     train = {key: train[key] for key in ("lr", "hidden_states_dtype", "warm_start_layer", "optimizer") if key in train}
     points = [tuple(map(int, p.split(":"))) for p in args.points.split(",")]
     verifier = resolve(args.verifier).path
     tok, model = load_tokenizer(verifier), load_model(verifier)
     prompts = eval_prompts(tok, args.n_prompts, max(n for n, _ in points) + data["held_out"] + 8, 128)
     conts = ev.continuations(model, prompts, args.max_new_tokens, tok.eos_token_id, progress=False)
-    k = ttt_steps
     load0 = os.getloadavg()
     results = []
     for n, steps in points:
