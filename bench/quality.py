@@ -44,7 +44,8 @@ def run_point(n: int, steps: int, work: Path, verifier, data: dict, train: dict,
     seconds = {}
     t = time.perf_counter()
     regen = regenerate(verifier, work / "regenerated.jsonl", n_conversations=n + data["held_out"] + 8,
-                       max_new_tokens=data["regenerate_tokens"], progress=False)
+                       max_new_tokens=data["regenerate_tokens"],
+                       max_prompt_tokens=data["regenerate_prompt_tokens"], progress=False)
     seconds["regenerate"] = time.perf_counter() - t
     t = time.perf_counter()
     info = build_dataset(verifier, work / "data", n_conversations=n, seq_length=data["seq_length"],

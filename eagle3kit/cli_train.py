@@ -50,7 +50,9 @@ def data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--held-out", type=int, default=8, help="conversations kept out for evaluation")
     p.add_argument("--source", default=None, help="JSONL of conversations (default: ShareGPT V3)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "native"],
+                   help="the verifier runs and stores hidden states in it; native: bfloat16 where the device computes "
+                        "it natively (CUDA, AVX512-BF16 / AMX CPUs), else float32")
     p.add_argument("--device", default="auto")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--overwrite", action="store_true", help="rebuild a directory made with other settings")

@@ -36,10 +36,11 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "dtype": "float32", "regenerate_tokens": 16},
         # demo: the verifier writes the replies (self-distillation; held-out tau 1.21 vs 1.12 on ShareGPT's replies at
         # the same steps), a 2048-token draft vocab (~2x faster steps than 8192). Many short replies beat fewer long
-        # ones at the same cost: 256 replies of <= 96 tokens, ~24k tokens at ~95 tokens/s batched (~4.5 min), hidden
-        # states ~1.7 min, on a 2-core AVX512 EPYC (bench/quality.py measures the whole recipe).
+        # ones at the same cost: 256 replies of <= 96 tokens to user turns cut to 128 tokens (as 06's prompts), ~24k
+        # tokens at ~95 tokens/s batched (~4 min); hidden states in bf16 where the CPU has it ("native": ~1 min, 1.7x
+        # float32), on a 2-core AVX512-BF16 EPYC (bench/quality.py measures the whole recipe).
         "demo": {"n_conversations": 256, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
-                 "batch_size": 4, "dtype": "float32", "regenerate_tokens": 96},
+                 "batch_size": 4, "dtype": "native", "regenerate_tokens": 96, "regenerate_prompt_tokens": 128},
     },
     "05": {
         "ci": {"n_conversations": 8, "seq_length": 192, "draft_vocab_size": 2048, "total_seq_len": 384,

@@ -36,7 +36,7 @@ seq_len = 256            # total_seq_len of the packed batch (the seed steps and
 ttt_steps = 3
 probe_timeout = 120      # seconds per probe cell before it is killed
 repeats = 3              # timed steps per probe cell (median)
-draft_vocab_size = 0     # probe only. 0: the full verifier vocab; N: a cheaper draft over the first N ids
+draft_vocab_size = 0     # probe and step 4 only. 0: the full verifier vocab; N: a cheaper draft over the first N ids
 seed = 0
 workdir = "../runs/interactive/work"
 
@@ -116,7 +116,7 @@ if gpu is not None:
 # status here instead of a dead kernel.
 
 # %%
-twist = replay.hf_flex(timeout_s=probe_timeout)
+twist = replay.hf_flex(timeout_s=probe_timeout, draft_vocab_size=draft_vocab_size or None)
 print(twist.render())
 
 # %%

@@ -32,8 +32,9 @@ held_out = 4               # conversations kept out for evaluation (notebook 06)
 seq_length = 384           # tokens per conversation (longer ones are cut)
 draft_vocab_size = 4096    # 0: the verifier's full vocab
 regenerate_tokens = 0      # > 0: the verifier rewrites each reply (greedy, up to this many tokens)
+regenerate_prompt_tokens = 256  # the user turn it answers is cut to this many tokens
 batch_size = 4
-dtype = "float32"
+dtype = "float32"          # hidden states: "float32" | "bfloat16" | "native" (bf16 where the device computes it)
 seed = 0
 workdir = "../runs/interactive/work"
 
@@ -76,7 +77,7 @@ dvs = draft_vocab_size or None
 source = None
 if regenerate_tokens:
     regen = regenerate(verifier, workdir / "regenerated.jsonl", n_conversations=n_conversations + held_out + 8,
-                       max_new_tokens=regenerate_tokens, seed=seed)
+                       max_new_tokens=regenerate_tokens, max_prompt_tokens=regenerate_prompt_tokens, seed=seed)
     source = regen.path
     display(pd.Series(vars(regen)).to_frame("value"))
     example = conv.read_jsonl(source)[0]

@@ -287,10 +287,13 @@ def test_sharegpt_reads_complete_records_only():
 
 
 @pytest.mark.slow
-def test_smollm2_targets_and_loader(tmp_path, smollm2):
+@pytest.mark.parametrize("dtype", ["float32", "native"])
+def test_smollm2_targets_and_loader(tmp_path, smollm2, dtype):
+    """The stored last state reproduces the verifier's logits, also when the verifier ran in bf16 ("native" on a CPU
+    with native bf16, the demo's data): the check then compares with the verifier run in bf16."""
     out = tmp_path / "s"
     info = build_dataset(smollm2, out, n_conversations=3, seq_length=256, held_out=1, progress=False,
-                              draft_vocab_size=4096)
+                         draft_vocab_size=4096, dtype=dtype)
     result = verify_targets(out, n_samples=2, draft_vocab_size=4096)
     assert result["ok"], result
     # storing transformers' normed hidden_states[-1] would be caught: the targets move
@@ -381,3 +384,22 @@ def test_bfloat16_data(tmp_path, tiny_verifier):
     assert result["ok"] and result["stored_dtype"] == "torch.bfloat16", result
     batch = next(iter(make_loader(out, 256, hidden_states_dtype=torch.float32)))
     assert batch["hidden_states"].dtype == torch.float32
+
+
+def test_native_data_is_bfloat16_only_where_the_cpu_computes_it(tmp_path, tiny_verifier):
+    """dtype="native" (the demo's): the verifier runs and stores in bf16 on a CPU with native bf16, float32 elsewhere;
+    the manifest records what it resolved to, so the same call on the same machine resumes instead of refusing."""
+    from eagle3kit.draft.config import native_bf16
+
+    expected = torch.bfloat16 if native_bf16() else torch.float32
+    src = _jsonl(tmp_path / "c.jsonl", _convs(3))
+    out = tmp_path / "native"
+    kwargs = {**SMALL, "n_conversations": 2, "held_out": 0}
+    info = build_dataset(tiny_verifier, out, source=src, dtype="native", **kwargs)
+    assert info.dtype == str(expected).removeprefix("torch.") == read_manifest(out)["request"]["dtype"]
+    assert load_file(str(out / "hidden_states" / "hs_0.safetensors"))["hidden_states"].dtype == expected
+    again = build_dataset(tiny_verifier, out, source=src, dtype="native", **kwargs)
+    assert again.files["written"] == 0 and again.files["skipped"] == 2
+    with pytest.raises(DataError, match="'native'"):
+        build_dataset(tiny_verifier, tmp_path / "x", source=src, dtype="bf16", **kwargs)
+

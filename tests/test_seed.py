@@ -54,6 +54,12 @@ def test_hf_flex_attention_gets_a_dense_mask_and_is_not_correct(steps):
     assert "mask_mismatch" in {f.check for f in s.predicted} and s.caught
 
 
+def test_the_twist_fails_the_same_with_the_probes_cheaper_draft_vocab(replay):
+    """Notebook 02 runs step 4 with the probe's smaller draft vocab (the full one took ~25 s longer on SmolLM2)."""
+    s = replay.hf_flex(timeout_s=120, draft_vocab_size=1024)
+    assert s.mask == "bool dense" and s.failed and s.caught, s.render()
+
+
 def test_every_step_is_caught_and_tabled(steps):
     frame = table(list(steps.values()))
     assert frame["caught"].all() and len(frame) == 5

@@ -123,6 +123,21 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path):
 
 
 @vllm_test
+def test_a_draft_vllm_cannot_load_fails_the_check_without_waiting_for_the_other_engine(untrained, smollm2, tmp_path):
+    """The two engines start together and wait for each other before generating: when the draft's engine dies (here
+    its weights file is cut short), the check stops the other one and names the failure at once; it does not sit at
+    the barrier until the timeout."""
+    import shutil
+
+    broken = Path(shutil.copytree(untrained, tmp_path / "broken"))
+    weights = next(broken.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:4096])
+    with pytest.raises(serve.VllmError, match="vLLM failed") as err:
+        serve.check_draft(broken, smollm2.path, chat_ids(smollm2, PROMPTS[:1]), 8, K, timeout=600)
+    assert "did not finish" not in str(err.value)
+
+
+@vllm_test
 def test_served_command_answers_an_openai_client_and_stops_clean(untrained, smollm2):
     import openai
 

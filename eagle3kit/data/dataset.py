@@ -47,7 +47,8 @@ from eagle3kit.data import conversations as conv
 from eagle3kit.data import hidden_states as hs
 from eagle3kit.data import vocab
 from eagle3kit.data.manifest import MANIFEST, DataError, check_compatible, read_manifest, verifier_identity
-from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids, resolve_device
+from eagle3kit.draft.config import (FLOAT_DTYPES, check_draft_vocab_size, native_dtype, resolve_aux_layer_ids,
+                                    resolve_device)
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
 FORMAT_VERSION = 1
@@ -170,8 +171,8 @@ def build_dataset(
     overwrite: bool = False,
 ) -> DatasetInfo:
     """Conversations -> verifier hidden states -> speculators' data directory (resumable; see the module doc)."""
-    if dtype not in ("float32", "bfloat16", "float16"):
-        raise DataError(f"dtype={dtype!r}: use 'float32', 'bfloat16' or 'float16'.")
+    if dtype not in (*FLOAT_DTYPES, "native"):
+        raise DataError(f"dtype={dtype!r}: use 'float32', 'bfloat16', 'float16' or 'native'.")
     if n_conversations < 1 or seq_length < 2 or held_out < 0 or batch_size < 1:
         raise DataError("n_conversations and batch_size must be >= 1, seq_length >= 2 and held_out >= 0.")
     v = resolve(verifier)
@@ -179,6 +180,7 @@ def build_dataset(
     aux = resolve_aux_layer_ids(v, aux_layer_ids)
     check_draft_vocab_size(draft_vocab_size, text.vocab_size)
     device = resolve_device(device)
+    dtype = native_dtype(device) if dtype == "native" else dtype  # the verifier runs and stores in it
     out = Path(out_dir)
     request = {"n_conversations": n_conversations, "seq_length": seq_length, "seed": seed, "held_out": held_out,
                "source": str(Path(source).resolve()) if source is not None else None, "dtype": dtype}

@@ -43,9 +43,10 @@ def speculators_targets(verifier, aux_layer_ids, t2d=None, d2t=None) -> _Targets
 
 
 @torch.no_grad()
-def verifier_logits(verifier, token_ids: list[torch.Tensor], t2d: torch.Tensor | None = None) -> list[torch.Tensor]:
-    """The verifier's own fp32 logits per sample (restricted to the draft vocab when ``t2d`` is given)."""
-    model = load_model(verifier, dtype="float32", device="cpu")
+def verifier_logits(verifier, token_ids: list[torch.Tensor], t2d: torch.Tensor | None = None,
+                    dtype: str = "float32") -> list[torch.Tensor]:
+    """The verifier's own logits per sample, run in ``dtype`` (restricted to the draft vocab when ``t2d`` is given)."""
+    model = load_model(verifier, dtype=dtype, device="cpu")
     out = []
     for ids in token_ids:
         logits = model(input_ids=ids.to(torch.long)[None], use_cache=False).logits[0].float()
@@ -55,7 +56,8 @@ def verifier_logits(verifier, token_ids: list[torch.Tensor], t2d: torch.Tensor |
 
 def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 2,
                    draft_vocab_size: int | None = None) -> dict:
-    """Prove the stored last state is pre-norm: speculators' targets from it vs the verifier's own logits.
+    """Prove the stored last state is pre-norm: speculators' targets from it vs the verifier's own logits (the verifier
+    run in the dtype that made the data).
 
     Works on any speculators data directory (pass ``verifier`` when it has no eagle3kit manifest). ``ok``: max |Δ|
     below the tolerance and every argmax difference a near-tie (the verifier's own gap within the error). Returns
@@ -77,7 +79,10 @@ def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 
                         "`eagle3kit data --out DIR`.")
     files = [load_file(str(p)) for p in paths[:n_samples]]
     targets = speculators_targets(v, aux, t2d, d2t)
-    logits = verifier_logits(v, [f["token_ids"] for f in files], t2d)
+    # the reference is the verifier as it ran for the data: a state computed in bf16 (dtype "bfloat16" / "native")
+    # differs from float32's by up to ~1.4 logits on SmolLM2 (argmax 98% equal), far from the twice-normed contrast
+    dtype = m["request"].get("dtype", "float32") if m else "float32"
+    logits = verifier_logits(v, [f["token_ids"] for f in files], t2d, dtype)
     agree = agree_twice = total = unexplained = 0
     worst = worst_twice = 0.0
     for f, ref in zip(files, logits, strict=True):

@@ -208,15 +208,17 @@ class SeedReplay:
                         'config.transformer_layer_config._attn_implementation = "simple_flex_attention"',
                         status="skipped", outcome="no CUDA on this machine")
 
-    def hf_flex(self, timeout_s: float = 120) -> SeedStep:
-        """4 · the 0.9.0 twist: transformers' "flex_attention" gets a dense mask; run in the probe's subprocess."""
+    def hf_flex(self, timeout_s: float = 120, draft_vocab_size: int | None = None) -> SeedStep:
+        """4 · the 0.9.0 twist: transformers' "flex_attention" gets a dense mask; run in the probe's subprocess
+        (``draft_vocab_size``: the probe's cheaper draft over the first N ids; the crash does not depend on it)."""
         config = copy.deepcopy(self.config)
         config.transformer_layer_config._attn_implementation = "flex_attention"  # noqa: SLF001
         step = SeedStep("4 · the 0.9.0 twist: transformers' 'flex_attention' (the old fix)",
                         'config.transformer_layer_config._attn_implementation = "flex_attention"',
                         self._doctor(config, training=False))
         cells = [probe.Cell(b, "forward", self.seq_len, self.ttt_steps) for b in ("eager", "flex_attention")]
-        results = probe.run_cells(cells, self.verifier, self.device, self.seed, timeout_s, progress=False)
+        results = probe.run_cells(cells, self.verifier, self.device, self.seed, timeout_s, progress=False,
+                                  draft_vocab_size=draft_vocab_size)
         row = probe.compare(cells, results).iloc[1]
         step.status, step.mask = row.status, row["mask"]
         step.outcome = (f"in the probe's worker process: {row.error}" if row.status != "ok"

@@ -96,6 +96,15 @@ def native_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+FLOAT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")  # what hidden states are stored and trained in
+
+
+def native_dtype(device: str) -> str:
+    """``"bfloat16"`` where ``device`` computes it natively (CUDA; a CPU with :func:`native_bf16`), else ``"float32"``:
+    what ``"native"`` means for the data's hidden states and for training."""
+    return "bfloat16" if device.startswith("cuda") or native_bf16() else "float32"
+
+
 def warn_if_bf16_emulated(what: str, fix: str, slowdown: str) -> None:
     """Warn (one plain sentence) that ``what`` computes in bf16 on a CPU that emulates it, ``slowdown`` as measured."""
     if not native_bf16():

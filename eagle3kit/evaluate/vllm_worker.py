@@ -8,12 +8,14 @@ the standard library::
 ``spec.json``: ``verifier`` (HF directory), ``draft`` (exported draft directory), ``k``, ``prompts`` (lists of token
 ids), ``max_new_tokens``; optional ``runs`` (default ``["draft", "plain"]``), ``kv_cache_gb`` (2), ``dtype``
 ("float32"), ``max_model_len``. Each run builds its own ``vllm.LLM`` in a fresh child process (vLLM does not hand its
-memory back reliably within one process). ``out.json``: ``{"vllm_version", "runs": {"draft": {...}, "plain": {...}}}``
+memory back reliably within one process); the children start their engines together and then generate one at a time,
+so the tokens/s of each run are measured alone. ``out.json``: ``{"vllm_version", "runs": {"draft": {...}, "plain": {...}}}``
 with, per run, the generated token ids per prompt, seconds, tokens/s and (with the draft) vLLM's spec-decode counters.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -44,6 +46,28 @@ def read_counters(metrics: list[Any]) -> dict[str, Any]:
     return out
 
 
+class _alone:
+    """Wait until every run's engine is built (``spec["sync_dir"]``), then hold a lock: the timed generation of one run
+    never shares the CPU with another run's start or generation. Without ``sync_dir`` it does nothing."""
+
+    def __init__(self, spec: dict[str, Any], run: str, timeout_s: float = 900.0):
+        self.dir = Path(spec["sync_dir"]) if spec.get("sync_dir") else None
+        self.runs, self.run, self.timeout_s = spec.get("runs", ["draft", "plain"]), run, timeout_s
+
+    def __enter__(self) -> None:
+        if self.dir is None:
+            return
+        (self.dir / f"{self.run}.ready").touch()
+        deadline = time.monotonic() + self.timeout_s
+        while not all((self.dir / f"{r}.ready").exists() for r in self.runs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.lock = open(self.dir / "generate.lock", "w")  # noqa: SIM115 (closed when the process exits)
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc) -> None:
+        pass  # the lock stays held until this process exits: its shutdown does not overlap the other's generation
+
+
 def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     """Build one ``vllm.LLM`` (with the draft when ``run == "draft"``), generate greedily, time it."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.get("kv_cache_gb", 2)))
@@ -52,6 +76,7 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     kwargs: dict[str, Any] = {"dtype": spec.get("dtype", "float32"), "enforce_eager": True,
+                              "distributed_executor_backend": "uni",
                               "disable_log_stats": False, "seed": 0}
     if spec.get("max_model_len"):
         kwargs["max_model_len"] = int(spec["max_model_len"])
@@ -63,9 +88,10 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     load_s = time.perf_counter() - t0
     params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_new_tokens"]), ignore_eos=False)
     prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in spec["prompts"]]
-    t0 = time.perf_counter()
-    results = llm.generate(prompts, params, use_tqdm=False)
-    seconds = time.perf_counter() - t0
+    with _alone(spec, run):
+        t0 = time.perf_counter()
+        results = llm.generate(prompts, params, use_tqdm=False)
+        seconds = time.perf_counter() - t0
     outputs = [list(r.outputs[0].token_ids) for r in results]
     generated = sum(len(o) for o in outputs)
     record: dict[str, Any] = {"outputs": outputs, "seconds": seconds, "load_seconds": load_s,
@@ -89,13 +115,30 @@ def main(argv: list[str]) -> int:
     spec_path, out_path = Path(argv[0]), Path(argv[1])
     spec = json.loads(spec_path.read_text())
     runs: dict[str, Any] = {}
-    for run in spec.get("runs", ["draft", "plain"]):
-        part = out_path.with_name(f"{out_path.stem}.{run}.json")
-        cmd = [sys.executable, os.path.abspath(__file__), "--one", run, str(spec_path), str(part)]
-        code = subprocess.call(cmd)
-        if code != 0:
-            print(f"vllm_worker: the {run!r} run exited with code {code}", file=sys.stderr)
-            return code
+    names = spec.get("runs", ["draft", "plain"])
+    parts = {run: out_path.with_name(f"{out_path.stem}.{run}.json") for run in names}
+    # the engines start together: most of a CPU engine's ~45 s start is single-threaded Python (imports, the
+    # engine-core process), so two overlap on 2 cores (one after the other: ~105 s of the check's ~130)
+    sync = out_path.with_name(f"{out_path.stem}.sync")
+    sync.mkdir(exist_ok=True)
+    synced = out_path.with_name(f"{out_path.stem}.spec.json")
+    synced.write_text(json.dumps({**spec, "sync_dir": str(sync)}))
+    procs = {run: subprocess.Popen([sys.executable, os.path.abspath(__file__), "--one", run, str(synced),
+                                    str(part)]) for run, part in parts.items()}
+    while any(proc.poll() is None for proc in procs.values()):
+        failed = [(run, proc.returncode) for run, proc in procs.items() if proc.returncode not in (None, 0)]
+        if failed:  # the other run would wait for it at the barrier: stop it too
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+            print(f"vllm_worker: the {failed[0][0]!r} run exited with code {failed[0][1]}", file=sys.stderr)
+            return failed[0][1]
+        time.sleep(0.5)
+    for run, proc in procs.items():
+        if proc.returncode != 0:
+            print(f"vllm_worker: the {run!r} run exited with code {proc.returncode}", file=sys.stderr)
+            return proc.returncode
+    for run, part in parts.items():
         runs[run] = json.loads(part.read_text())
         part.unlink()
     version = next(iter(runs.values()))["vllm_version"] if runs else None

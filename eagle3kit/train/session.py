@@ -27,14 +27,14 @@ from tqdm.auto import tqdm
 
 from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.errors import UserError
-from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, native_bf16, warn_if_bf16_emulated
+from eagle3kit.draft.config import (FLOAT_DTYPES, DraftBuild, DraftSpec, build_config, native_dtype,
+                                    warn_if_bf16_emulated)
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
 from eagle3kit.train.loop import make_optimizers, make_schedulers, optimizer_args
 
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
-HIDDEN_STATES_DTYPES = ("float32", "bfloat16", "float16")  # what a session trains in ("auto", "native": below)
 
 
 class RunComplete(UserError):
@@ -73,8 +73,8 @@ class TrainSettings:
 
     def resolved(self, device: str) -> TrainSettings:
         cpu = not device.startswith("cuda")
-        bf16 = {"auto": not cpu, "native": not cpu or native_bf16()}.get(self.hidden_states_dtype)
-        dtype = self.hidden_states_dtype if bf16 is None else ("bfloat16" if bf16 else "float32")
+        dtype = {"auto": "float32" if cpu else "bfloat16", "native": native_dtype(device)}.get(
+            self.hidden_states_dtype, self.hidden_states_dtype)
         impl = self.loss_implementation if self.loss_implementation != "auto" else ("eager" if cpu else "fused")
         if cpu and dtype == "bfloat16":  # faster on CPUs with native bf16, not bit-exact; much slower elsewhere
             warn_if_bf16_emulated("hidden_states_dtype='bfloat16'", "use hidden_states_dtype='auto' (`--hidden-"
@@ -108,9 +108,9 @@ class TrainSession:
         if s.total_seq_len < 2:
             raise UserError(f"total_seq_len={s.total_seq_len} is too short; use at least a few hundred tokens "
                             "(e.g. `--total-seq-len 1024`).")
-        if s.hidden_states_dtype not in HIDDEN_STATES_DTYPES:
+        if s.hidden_states_dtype not in FLOAT_DTYPES:
             raise UserError(f"hidden_states_dtype={s.hidden_states_dtype!r} is not one of 'auto', 'native', "
-                            f"{', '.join(map(repr, HIDDEN_STATES_DTYPES))}; e.g. `--hidden-states-dtype float32`.")
+                            f"{', '.join(map(repr, FLOAT_DTYPES))}; e.g. `--hidden-states-dtype float32`.")
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = self.build.config.speculators_config.proposal_methods[0].speculative_tokens
