@@ -9,8 +9,9 @@ the standard library::
 ids), ``max_new_tokens``; optional ``runs`` (default ``["draft", "plain"]``), ``kv_cache_gb`` (2), ``dtype``
 ("float32"), ``max_model_len``. Each run builds its own ``vllm.LLM`` in a fresh child process (vLLM does not hand its
 memory back reliably within one process); the children start their engines together and then generate one at a time,
-so the tokens/s of each run are measured alone. ``out.json``: ``{"vllm_version", "runs": {"draft": {...}, "plain": {...}}}``
-with, per run, the generated token ids per prompt, seconds, tokens/s and (with the draft) vLLM's spec-decode counters.
+so the tokens/s of each run are measured alone. ``out.json``: ``{"vllm_version", "runs": {"draft": {...},
+"plain": {...}}}`` with, per run, the generated token ids per prompt, seconds, tokens/s and (with the draft) vLLM's
+spec-decode counters.
 """
 
 from __future__ import annotations
