@@ -47,26 +47,22 @@ def read_counters(metrics: list[Any]) -> dict[str, Any]:
     return out
 
 
-class _alone:
-    """Wait until every run's engine is built (``spec["sync_dir"]``), then hold a lock: the timed generation of one run
-    never shares the CPU with another run's start or generation. Without ``sync_dir`` it does nothing."""
-
-    def __init__(self, spec: dict[str, Any], run: str, timeout_s: float = 900.0):
-        self.dir = Path(spec["sync_dir"]) if spec.get("sync_dir") else None
-        self.runs, self.run, self.timeout_s = spec.get("runs", ["draft", "plain"]), run, timeout_s
-
-    def __enter__(self) -> None:
-        if self.dir is None:
-            return
-        (self.dir / f"{self.run}.ready").touch()
-        deadline = time.monotonic() + self.timeout_s
-        while not all((self.dir / f"{r}.ready").exists() for r in self.runs) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        self.lock = open(self.dir / "generate.lock", "w")  # noqa: SIM115 (closed when the process exits)
-        fcntl.flock(self.lock, fcntl.LOCK_EX)
-
-    def __exit__(self, *exc) -> None:
-        pass  # the lock stays held until this process exits: its shutdown does not overlap the other's generation
+def _take_turn(spec: dict[str, Any], run: str, timeout_s: float = 900.0):
+    """Wait until every run's engine is built (``spec["sync_dir"]``), then take the lock that this process holds until
+    it exits: one run's timed generation never shares the CPU with another's start, generation or shutdown. Returns
+    the lock's file (keep it open), or None without ``sync_dir``."""
+    if not spec.get("sync_dir"):
+        return None
+    sync = Path(spec["sync_dir"])
+    (sync / f"{run}.ready").touch()
+    deadline = time.monotonic() + timeout_s
+    while not all((sync / f"{r}.ready").exists() for r in spec.get("runs", ["draft", "plain"])):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    lock = open(sync / "generate.lock", "w")  # noqa: SIM115 (closed when the process exits)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
 
 
 def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
@@ -89,10 +85,10 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     load_s = time.perf_counter() - t0
     params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_new_tokens"]), ignore_eos=False)
     prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in spec["prompts"]]
-    with _alone(spec, run):
-        t0 = time.perf_counter()
-        results = llm.generate(prompts, params, use_tqdm=False)
-        seconds = time.perf_counter() - t0
+    turn = _take_turn(spec, run)  # noqa: F841 (held while this process lives)
+    t0 = time.perf_counter()
+    results = llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - t0
     outputs = [list(r.outputs[0].token_ids) for r in results]
     generated = sum(len(o) for o in outputs)
     record: dict[str, Any] = {"outputs": outputs, "seconds": seconds, "load_seconds": load_s,

@@ -14,7 +14,6 @@ import dataclasses
 import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +44,7 @@ class TrainingDiverged(UserError):
     """The loss (or the gradient) stopped being finite; the weights were left at the last good step."""
 
 
-@dataclass
+@dataclasses.dataclass
 class TrainSettings:
     """Everything besides the draft and the data that defines a run (speculators' names and defaults where they
     have one; ``total_seq_len`` and ``seed`` differ: 8192 and 42 in ``speculators train``)."""
@@ -54,8 +53,7 @@ class TrainSettings:
     total_seq_len: int = 1024
     seed: int = 0
     weight_decay: float = 0.01
-    # speculators' optimizer choice: "adamw", or "muon" (Muon on the 2D weights, AdamW on the rest, as its trainer)
-    optimizer: str = "adamw"
+    optimizer: str = "adamw"  # or "muon": Muon on the 2D weights, AdamW on the rest, as speculators trains
     muon_lr: float | None = None  # the Muon group's LR; None: lr (as speculators train)
     epochs: int = 20
     max_steps: int | None = None  # also the LR schedule's horizon, as in speculators
