@@ -30,9 +30,9 @@ browser:
 	  || echo "chromium not installed: the browser test will be skipped"; }
 
 # vLLM's CPU build in its own environment .venv-vllm (it pins another torch than speculators): ~3.5 GB, a few
-# minutes once; eagle3kit talks to it through subprocesses (eagle3kit.evaluate.serve). Idempotent.
+# minutes once; eagle3kit talks to it through subprocesses (eagle3kit.evaluate.vllm.serve). Idempotent.
 vllm: $(STAMP)
-	$(BIN)/python -m eagle3kit.evaluate.vllm_env
+	$(BIN)/python -m eagle3kit.evaluate.vllm.env
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks

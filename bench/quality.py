@@ -23,7 +23,8 @@ import torch
 from eagle3kit import presets
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.regenerate import distinct_prompts, regenerate
-from eagle3kit.draft.config import DraftSpec, native_bf16
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.device import native_bf16
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate.budget import BudgetPoint, best_per_minute, plot_tau_vs_budget, write_curve
 from eagle3kit.logs import quiet

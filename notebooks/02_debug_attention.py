@@ -49,11 +49,11 @@ import torch
 from eagle3kit.doctor import probe
 from eagle3kit.doctor import seed as story
 from eagle3kit.doctor.attention_checks import SET_ATTN
-from eagle3kit.doctor.facts import with_attention
+from eagle3kit.draft.config import with_attention
 from eagle3kit.doctor.plots import plot_timings
 from eagle3kit.doctor.verdict import probe_row, recommendations
 from eagle3kit.doctor.verdict import story as settings_table
-from eagle3kit.draft.config import resolve_device
+from eagle3kit.device import resolve_device
 from eagle3kit.runner import record_summary
 
 # %matplotlib inline

@@ -66,10 +66,12 @@ from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.evaluate import acceptance as ev
-from eagle3kit.evaluate import conventions, export, serve, vllm_compare
+from eagle3kit.evaluate import conventions, export
+from eagle3kit.evaluate.vllm import compare as vllm_compare
+from eagle3kit.evaluate.vllm import serve
 from eagle3kit.evaluate.budget import best_per_minute, plot_tau_vs_budget, read_curve
-from eagle3kit.evaluate.serve import VllmInputError
-from eagle3kit.evaluate.vllm_env import VllmNotInstalled, vllm_python
+from eagle3kit.evaluate.vllm.serve import VllmInputError
+from eagle3kit.evaluate.vllm.env import VllmNotInstalled, vllm_python
 from eagle3kit.runner import read_summary, record_summary
 from eagle3kit.train.plots import plot_metrics
 from eagle3kit.train.session import TrainSession
@@ -244,7 +246,7 @@ print(f"the reloaded draft decodes prompt 0 with τ {same.tau:.3f} (lossless: {s
 
 # %%
 try:
-    command = serve.shell_command(serve.serve_command(out, build.verifier.path, k=k))
+    command = export.vllm_commands(out, k, build.verifier.path)["long"]
 except VllmInputError as exc:  # e.g. a head_dim vLLM's CPU attention lacks (the doctor warns about it)
     command = None
     print("vLLM's CPU build cannot serve this draft:", exc)

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import TINY_DATA_SEQ as SEQ
 from eagle3kit.cli import build_parser, main
-from eagle3kit.cli_args import field_comments, given
+from eagle3kit.cli.args import field_comments, given
 from eagle3kit.draft.config import DraftSpec, check_draft_vocab_size
 from eagle3kit.errors import UserError, is_user_error
 from eagle3kit.runner import check_parameters, notebooks
@@ -172,7 +172,7 @@ def test_overfit_that_fails_exits_1_naming_a_wiring_bug(tiny_verifier, tmp_path,
 
 
 def test_install_vllm_of_a_finished_environment_returns_at_once(tmp_path, capsys):
-    from eagle3kit.evaluate.vllm_env import MARKER
+    from eagle3kit.evaluate.vllm.env import MARKER
 
     (tmp_path / MARKER).write_text("{}")
     assert main(["install-vllm", "--path", str(tmp_path)]) == 0
@@ -182,7 +182,7 @@ def test_install_vllm_of_a_finished_environment_returns_at_once(tmp_path, capsys
 def test_vllm_check_user_errors_are_one_line(smollm2, tmp_path, capsys, monkeypatch):
     """A draft dir without config.json; a real (SmolLM2) draft config with no prompts, then no vLLM environment."""
     from eagle3kit.draft.config import build_config, save_config
-    from eagle3kit.evaluate.vllm_env import VENV_VAR
+    from eagle3kit.evaluate.vllm.env import VENV_VAR
 
     assert "no config.json" in one_line_error(capsys, ["vllm-check", "--draft", str(tmp_path / "nothing")])
     draft = save_config(build_config(verifier="smollm2", ttt_steps=2, device="cpu"), tmp_path / "draft")

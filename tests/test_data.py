@@ -389,7 +389,7 @@ def test_bfloat16_data(tmp_path, tiny_verifier):
 def test_native_data_is_bfloat16_only_where_the_cpu_computes_it(tmp_path, tiny_verifier):
     """dtype="native" (the demo's): the verifier runs and stores in bf16 on a CPU with native bf16, float32 elsewhere;
     the manifest records what it resolved to, so the same call on the same machine resumes instead of refusing."""
-    from eagle3kit.draft.config import native_bf16
+    from eagle3kit.device import native_bf16
 
     expected = torch.bfloat16 if native_bf16() else torch.float32
     src = _jsonl(tmp_path / "c.jsonl", _convs(3))

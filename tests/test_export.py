@@ -13,7 +13,8 @@ from speculators.train.vocab_mapping import build_vocab_mappings_from_distributi
 
 from eagle3kit.draft.config import build_config, save_config
 from eagle3kit.draft.model import build_model, save_draft
-from eagle3kit.evaluate import export, serve
+from eagle3kit.evaluate import export
+from eagle3kit.evaluate.vllm import serve
 from eagle3kit.evaluate.decode import speculative_generate
 from eagle3kit.verifier import load_model, load_tokenizer
 

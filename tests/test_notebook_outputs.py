@@ -17,7 +17,7 @@ from speculators.utils.loading import load_model_layers
 from transformers.utils import logging as hf_logging
 
 from eagle3kit.logs import quiet
-from eagle3kit.notebook_outputs import output_problems
+from notebook_outputs import output_problems
 
 FIGURE = """\
 from matplotlib.figure import Figure

@@ -12,7 +12,7 @@ import pytest
 from eagle3kit import presets
 from eagle3kit.cli import main
 from eagle3kit.draft.config import DraftSpec
-from eagle3kit.notebook_outputs import output_problems
+from notebook_outputs import output_problems
 from eagle3kit.runner import notebook_parameters, notebooks, run_notebooks
 from eagle3kit.train.session import TrainSettings
 

@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import TINY_DATA_SEQ as SEQ
-from eagle3kit.draft.config import DraftSpec, native_bf16
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.device import native_bf16
 from eagle3kit.train.checkpoint import OPTIMIZER_FILE, SCHEDULER_FILE, STATE_FILE, CheckpointError
 from eagle3kit.train.session import TrainSession
 

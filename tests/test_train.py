@@ -18,7 +18,8 @@ from eagle3kit.cli import main
 from eagle3kit.data.loader import make_loader
 from eagle3kit.data.manifest import DataError
 from eagle3kit.data.plots import plot_batch
-from eagle3kit.draft.config import DraftSpec, build_config, native_bf16, save_config, spec_from_saved
+from eagle3kit.draft.config import DraftSpec, build_config, save_config, spec_from_saved
+from eagle3kit.device import native_bf16
 from eagle3kit.errors import UserError
 from eagle3kit.presets import NOTEBOOKS, parameters
 from eagle3kit.runner import NOTEBOOK_DIR

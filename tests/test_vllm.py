@@ -16,7 +16,9 @@ import psutil
 import pytest
 
 from eagle3kit.cli import main
-from eagle3kit.evaluate import serve, vllm_env
+from eagle3kit.evaluate.vllm import env as vllm_env
+from eagle3kit.evaluate.vllm import serve
+from vllm_served import scrape_spec_metrics, served
 
 try:
     VLLM_PYTHON = vllm_env.vllm_python()
@@ -88,7 +90,7 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path):
     from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.loader import held_out_conversations
     from eagle3kit.draft.config import DraftSpec
-    from eagle3kit.evaluate import vllm_compare
+    from eagle3kit.evaluate.vllm import compare as vllm_compare
     from eagle3kit.evaluate.acceptance import chat_prompts, continuations, decode, simulate
     from eagle3kit.train.session import TrainSession
     from eagle3kit.verifier import load_model, load_tokenizer
@@ -146,7 +148,7 @@ def test_served_command_answers_an_openai_client_and_stops_clean(untrained, smol
     assert {"--enforce-eager", "--host"} <= set(argv) and argv[argv.index("--dtype") + 1] == "float32"
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
         "method": "eagle3", "model": str(untrained.resolve()), "num_speculative_tokens": K}
-    with serve.served(untrained, smollm2.path, K) as url:
+    with served(untrained, smollm2.path, K) as url:
         children = psutil.Process().children(recursive=True)
         assert children
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
@@ -155,7 +157,7 @@ def test_served_command_answers_an_openai_client_and_stops_clean(untrained, smol
                                                messages=[{"role": "user", "content": PROMPTS[0]}])
         assert reply.choices[0].message.content and reply.usage.completion_tokens > 0
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
-            metrics = serve.scrape_spec_metrics(r.read().decode())
+            metrics = scrape_spec_metrics(r.read().decode())
         port = int(url.rsplit(":", 1)[1])
     print(f"served: {metrics}")
     assert metrics["drafts"] > 0 and metrics["draft_tokens"] == K * metrics["drafts"]
@@ -172,7 +174,7 @@ def test_missing_vllm_env_names_the_command_that_makes_it(tmp_path, monkeypatch)
     monkeypatch.setenv(vllm_env.VENV_VAR, str(tmp_path))
     with pytest.raises(vllm_env.VllmNotInstalled, match="make vllm"):
         vllm_env.vllm_python()
-    with pytest.raises(vllm_env.VllmError, match="make vllm"), serve.served(tmp_path, tmp_path):
+    with pytest.raises(vllm_env.VllmError, match="make vllm"), served(tmp_path, tmp_path):
         pass
 
 

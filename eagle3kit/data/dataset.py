@@ -47,8 +47,8 @@ from eagle3kit.data import conversations as conv
 from eagle3kit.data import hidden_states as hs
 from eagle3kit.data import vocab
 from eagle3kit.data.manifest import MANIFEST, DataError, check_compatible, read_manifest, verifier_identity
-from eagle3kit.draft.config import (FLOAT_DTYPES, check_draft_vocab_size, native_dtype, resolve_aux_layer_ids,
-                                    resolve_device)
+from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
+from eagle3kit.device import FLOAT_DTYPES, native_dtype, resolve_device
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
 FORMAT_VERSION = 1

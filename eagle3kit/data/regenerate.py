@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from eagle3kit.atomic import write_text
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.generate import greedy_replies
-from eagle3kit.draft.config import resolve_device
+from eagle3kit.device import resolve_device
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
 

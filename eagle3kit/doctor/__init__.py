@@ -5,7 +5,8 @@
 ``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch, vLLM head sizes
 ``findings``          :class:`Finding` and its table / terminal renderings
 ``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
-``probe``             the measured backend matrix, each cell in a subprocess (``probe_worker`` runs there)
+``probe``             the measured backend matrix, each cell in a subprocess
+``probe_worker``      what runs in that subprocess: one cell built, run and timed
 ``seed``              the seed failure replayed step by step, the doctor's prediction beside each (notebook 02)
 ``verdict``           what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, the ``story`` table
 ``plots``             ``plot_timings(matrix)`` -> Figure

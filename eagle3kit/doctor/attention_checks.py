@@ -12,7 +12,7 @@ from speculators.losses.utils import _FUSED_LOSS_FN_MAP
 
 from eagle3kit.doctor.findings import Finding
 from eagle3kit.draft.config import registered_attention_implementations
-from eagle3kit.masks.eagle_mask import BLOCK
+from eagle3kit.masks.eagle_mask import BLOCK, block_size_problem, round_up_to_block
 
 FLEX = ("simple_flex_attention", "flex_attention")
 CONSUMES = {  # mask kinds each backend handles correctly
@@ -87,13 +87,12 @@ def block_size_findings(seq_len: int | None, ttt_steps: int) -> list[Finding]:
         return [Finding("info", f"BlockMask: total_seq_len must be a multiple of {BLOCK}",
                         f"with ttt_steps={ttt_steps} the mask is extended in {BLOCK}-token blocks",
                         f"pack batches to a multiple of {BLOCK} tokens (e.g. --total-seq-len 4096)", "block_size")]
-    if seq_len % BLOCK == 0:
+    problem = block_size_problem(seq_len, ttt_steps)
+    if problem is None:
         return []
-    fit = -(-seq_len // BLOCK) * BLOCK
+    fit = round_up_to_block(seq_len)
     return [Finding("error", f"total_seq_len {seq_len} is not a multiple of {BLOCK} with ttt_steps={ttt_steps}",
-                    "speculators extends the BlockMask by whole blocks, so TTT step 1 fails with "
-                    "'block_mask was created for a larger length'",
-                    f"pad/pack batches to {fit} tokens (CollateFn(max_len={fit}, ...)), or "
+                    problem, f"pad/pack batches to {fit} tokens (CollateFn(max_len={fit}, ...)), or "
                     + SET_ATTN.format(impl="sdpa"), "block_size")]
 
 

@@ -17,7 +17,8 @@ from eagle3kit.data.health import bad_files, remake_command
 from eagle3kit.data.manifest import read_manifest
 from eagle3kit.data.targets import verify_targets
 from eagle3kit.doctor.attention_checks import attention_findings, loss_findings
-from eagle3kit.doctor.facts import attention_facts, doctor_subject, draft_ttt_steps
+from eagle3kit.doctor.facts import attention_facts, doctor_subject
+from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.doctor.findings import Finding
 from eagle3kit.doctor.model_checks import batch_findings, serving_findings, shape_findings, weight_findings
 

@@ -53,11 +53,6 @@ def local_verifier(config: Eagle3SpeculatorConfig) -> Verifier | None:
     return Verifier(Path(path).name, str(path), cfg, "local" if Path(path).is_dir() else "hub")
 
 
-def draft_ttt_steps(config: Eagle3SpeculatorConfig) -> int:
-    """The TTT steps (draft tokens per round) the config's proposal method asks for."""
-    return int(config.speculators_config.proposal_methods[0].speculative_tokens)
-
-
 def mask_kind(mask) -> str:
     """Name the kind of attention mask speculators built: BlockMask, bool dense or float additive."""
     if isinstance(mask, BlockMask):
@@ -90,10 +85,3 @@ def attention_facts(subject) -> dict:
     layer_cfg = model.layers[0].self_attn.config
     return {"set": set_value, "resolved": model._attn_impl,  # noqa: SLF001
             "backend": layer_cfg._attn_implementation, "mask": mask_kind_of(model)}  # noqa: SLF001
-
-
-def with_attention(config: Eagle3SpeculatorConfig, implementation: str | None) -> Eagle3SpeculatorConfig:
-    """A deep copy of a draft config whose layers use ``implementation`` (None: unset, as a hand-built config)."""
-    out = copy.deepcopy(config)
-    out.transformer_layer_config._attn_implementation = implementation  # noqa: SLF001
-    return out

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 
-from eagle3kit.draft.config import resolve_device
+from eagle3kit.device import resolve_device
 from eagle3kit.errors import UserError
 from eagle3kit.verifier import resolve
 

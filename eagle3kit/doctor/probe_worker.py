@@ -9,7 +9,6 @@ and the same seeded batch.
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 import os
@@ -22,7 +21,7 @@ from speculators.losses import resolve_loss_config
 from speculators.models.eagle3 import Eagle3DraftModel
 
 from eagle3kit.doctor.facts import mask_kind
-from eagle3kit.draft.config import DraftBuild, build_config
+from eagle3kit.draft.config import DraftBuild, build_config, with_attention
 from eagle3kit.draft.model import build_model
 
 
@@ -59,9 +58,8 @@ def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: st
 
     ``note`` is called with the resolved backend and mask kind before the step, so that a crash still reports them.
     """
-    config = copy.deepcopy(build.config)
     backend = cell["backend"]
-    config.transformer_layer_config._attn_implementation = None if backend == "unset" else backend  # noqa: SLF001
+    config = with_attention(build.config, None if backend == "unset" else backend)
     torch.manual_seed(seed)
     model = Eagle3DraftModel(config)
     model.load_state_dict(state_dict)

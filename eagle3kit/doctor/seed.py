@@ -28,7 +28,8 @@ from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.facts import mask_kind
 from eagle3kit.doctor.findings import Finding, format_findings, has_errors
 from eagle3kit.doctor.probe_worker import first_line, make_batch
-from eagle3kit.draft.config import build_config, resolve_device
+from eagle3kit.draft.config import build_config, set_attention, with_attention
+from eagle3kit.device import resolve_device
 from eagle3kit.logs import quiet
 
 SAME = 1e-4  # |Δ loss| below this, with every draft token equal, counts as "same numbers as eager"
@@ -112,9 +113,7 @@ class SeedReplay:
 
     # ------------------------------------------------------------------------------------------- pieces
     def _fresh(self, implementation: str | None) -> Eagle3DraftModel:
-        config = copy.deepcopy(self.config)
-        config.transformer_layer_config._attn_implementation = implementation  # noqa: SLF001
-        return Eagle3DraftModel(config)
+        return Eagle3DraftModel(with_attention(self.config, implementation))
 
     def model(self, implementation: str | None) -> Eagle3DraftModel:
         """The draft built from the hand-built config with ``implementation`` set *before* building (shared weights)."""
@@ -182,7 +181,7 @@ class SeedReplay:
     def switch_to_sdpa(self) -> SeedStep:
         """2 · what the seed's user did: switch the built draft's layers to sdpa (the mask builder stays flex)."""
         model = self.model(None)
-        model.config.transformer_layer_config._attn_implementation = "sdpa"  # noqa: SLF001  the user's line
+        set_attention(model.config, "sdpa")  # the user's line, after building
         step = SeedStep("2 · switch the built draft to sdpa",
                         'draft.config.transformer_layer_config._attn_implementation = "sdpa"', self._doctor(model))
         step.mask = self.mask_of(model)
@@ -191,8 +190,7 @@ class SeedReplay:
     def fix(self) -> SeedStep:
         """3 · the fix: the implementation for this device chosen before building (flex on CUDA, sdpa on CPU)."""
         impl = recommended_attention(self.device, training=True)
-        config = copy.deepcopy(self.config)
-        config.transformer_layer_config._attn_implementation = impl  # noqa: SLF001
+        config = with_attention(self.config, impl)
         step = SeedStep(f"3 · the fix on {self.device}: {impl!r} set before building",
                         f'config.transformer_layer_config._attn_implementation = "{impl}"; '
                         "draft = Eagle3DraftModel(config)", self._doctor(config))
@@ -211,8 +209,7 @@ class SeedReplay:
     def hf_flex(self, timeout_s: float = 120, draft_vocab_size: int | None = None) -> SeedStep:
         """4 · the 0.9.0 twist: transformers' "flex_attention" gets a dense mask; run in the probe's subprocess
         (``draft_vocab_size``: the probe's cheaper draft over the first N ids; the crash does not depend on it)."""
-        config = copy.deepcopy(self.config)
-        config.transformer_layer_config._attn_implementation = "flex_attention"  # noqa: SLF001
+        config = with_attention(self.config, "flex_attention")
         step = SeedStep("4 · the 0.9.0 twist: transformers' 'flex_attention' (the old fix)",
                         'config.transformer_layer_config._attn_implementation = "flex_attention"',
                         self._doctor(config, training=False))

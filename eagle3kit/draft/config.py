@@ -6,15 +6,14 @@ The draft decoder config comes from speculators' own ``create_transformer_layer_
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
-import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import speculators.models.attention  # noqa: F401  (registers simple_flex_attention with transformers)
-import torch
 from speculators.config import SpeculatorsConfig, VerifierConfig
 from speculators.models.eagle3 import Eagle3SpeculatorConfig
 from speculators.models.utils import resolve_target_layer_ids
@@ -23,6 +22,7 @@ from speculators.train.cli import create_transformer_layer_config
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from eagle3kit.atomic import atomic_dir
+from eagle3kit.device import resolve_device
 from eagle3kit.errors import UserError
 from eagle3kit.logs import quiet
 from eagle3kit.verifier import Verifier, resolve
@@ -80,37 +80,6 @@ class DraftBuild:
         return list(self.config.eagle_aux_hidden_state_layer_ids)
 
 
-def resolve_device(device: str = "auto") -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device={device!r} was asked for but CUDA is not available here; use device='cpu' "
-                        "(`--device cpu`) or 'auto'.")
-    return device
-
-
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512-BF16 / AMX, as oneDNN reports it). Without it, bf16 autocast
-    is emulated: a 1024x576 @ 576x1536 matmul took 1.9 s in bf16 against 56 ms in float32 on an AVX2-only EPYC."""
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
-FLOAT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")  # what hidden states are stored and trained in
-
-
-def native_dtype(device: str) -> str:
-    """``"bfloat16"`` where ``device`` computes it natively (CUDA; a CPU with :func:`native_bf16`), else ``"float32"``:
-    what ``"native"`` means for the data's hidden states and for training."""
-    return "bfloat16" if device.startswith("cuda") or native_bf16() else "float32"
-
-
-def warn_if_bf16_emulated(what: str, fix: str, slowdown: str) -> None:
-    """Warn (one plain sentence) that ``what`` computes in bf16 on a CPU that emulates it, ``slowdown`` as measured."""
-    if not native_bf16():
-        warnings.warn(f"{what} on a CPU without native bf16 (no AVX512-BF16 / AMX): {slowdown}; {fix}.", stacklevel=3)
-
-
 def registered_attention_implementations() -> list[str]:
     """Attention implementations the installed transformers + speculators register (plus eager)."""
     return sorted({"eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()})
@@ -135,6 +104,25 @@ def resolve_attention(requested: str = "auto", device: str = "cpu", training: bo
         )
     why = "flex attention has no backward on CPU" if training else "flex attention is uncompiled and slow on CPU"
     return AttentionChoice("sdpa", f"CPU: {why}; sdpa takes the dense boolean mask and trains", "auto rule")
+
+
+def draft_ttt_steps(config: Eagle3SpeculatorConfig | dict) -> int:
+    """The TTT steps (draft tokens per round) the config's proposal method asks for; ``config`` may also be a saved
+    ``config.json`` read as a dict."""
+    if isinstance(config, dict):
+        return int(config["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+    return int(config.speculators_config.proposal_methods[0].speculative_tokens)
+
+
+def set_attention(config: Eagle3SpeculatorConfig, implementation: str | None) -> Eagle3SpeculatorConfig:
+    """Make the draft layers of ``config`` use ``implementation`` (None: unset, as a hand-built config); in place."""
+    config.transformer_layer_config._attn_implementation = implementation  # noqa: SLF001
+    return config
+
+
+def with_attention(config: Eagle3SpeculatorConfig, implementation: str | None) -> Eagle3SpeculatorConfig:
+    """A deep copy of a draft config whose layers use ``implementation`` (None: unset, as a hand-built config)."""
+    return set_attention(copy.deepcopy(config), implementation)
 
 
 def _layer_config(verifier: Verifier, spec: DraftSpec):
@@ -195,7 +183,6 @@ def build_config(spec: DraftSpec | None = None, **overrides) -> DraftBuild:
     attention = resolve_attention(spec.attn_implementation, device, spec.training)
 
     layer_config = _layer_config(verifier, spec)
-    layer_config._attn_implementation = attention.implementation  # noqa: SLF001
     aux = resolve_aux_layer_ids(verifier, spec.aux_layer_ids)
     if verifier.has_weights:
         verifier_cfg = VerifierConfig.from_pretrained(verifier.path)
@@ -217,6 +204,7 @@ def build_config(spec: DraftSpec | None = None, **overrides) -> DraftBuild:
             verifier=verifier_cfg,
         ),
     )
+    set_attention(config, attention.implementation)
     return DraftBuild(spec, verifier, config, attention, device, _sources(spec))
 
 
@@ -257,7 +245,7 @@ def spec_from_saved(config_dir: str | os.PathLike, **overrides) -> DraftSpec:
     kinds = tl.get("layer_types") or []
     spec = DraftSpec(
         verifier=cfg["speculators_config"]["verifier"]["name_or_path"], num_layers=tl["num_hidden_layers"],
-        draft_arch=tl["model_type"], ttt_steps=cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"],
+        draft_arch=tl["model_type"], ttt_steps=draft_ttt_steps(cfg),
         aux_layer_ids=list(cfg["eagle_aux_hidden_state_layer_ids"]), hidden_act=tl["hidden_act"],
         sliding_window=tl.get("sliding_window") or DraftSpec.sliding_window,
         full_attention_indices=[i for i, k in enumerate(kinds) if k == "full_attention"],

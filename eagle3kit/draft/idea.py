@@ -9,7 +9,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-from eagle3kit.draft.config import DraftBuild
+from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 
 GREEN, RED, BLUE, GREY, ORANGE = "#b7e4b0", "#f4b6b6", "#b9d3f0", "#e6e6e6", "#f8d9a8"
 
@@ -86,7 +86,7 @@ def plot_idea(build: DraftBuild | None = None, k: int | None = None, accepted: i
         aux, text = build.aux_layer_ids, build.verifier.text_config
         n_layers, verifier_layers = build.config.transformer_layer_config.num_hidden_layers, text.num_hidden_layers
         vocab, draft_vocab = text.vocab_size, build.config.draft_vocab_size
-        k = k or build.config.speculators_config.proposal_methods[0].speculative_tokens
+        k = k or draft_ttt_steps(build.config)
     else:
         aux, n_layers, verifier_layers, vocab, draft_vocab = [2, 15, 27], 1, 30, 49152, 8192
         k = k or 3

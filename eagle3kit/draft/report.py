@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from eagle3kit.draft.config import DraftBuild
+from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 
 
 def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
@@ -78,7 +78,7 @@ def explain(build: DraftBuild, model: torch.nn.Module | None = None) -> pd.DataF
         ("layer_types", getattr(tl, "layer_types", None), src["full_attention_indices"]),
         ("sliding_window", getattr(tl, "sliding_window", None), src["sliding_window"]),
         ("eagle_aux_hidden_state_layer_ids", cfg.eagle_aux_hidden_state_layer_ids, src["aux_layer_ids"]),
-        ("ttt_steps", cfg.speculators_config.proposal_methods[0].speculative_tokens, src["ttt_steps"]),
+        ("ttt_steps", draft_ttt_steps(cfg), src["ttt_steps"]),
         ("norm_before_residual", cfg.norm_before_residual, src["norm_before_residual"]),
         ("norm_before_fc", cfg.norm_before_fc, src["norm_before_fc"]),
         ("fc_norm", cfg.fc_norm, src["fc_norm"]),

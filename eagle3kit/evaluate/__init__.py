@@ -2,5 +2,9 @@
 
 ``acceptance``  tau simulated (teacher-forced) and by the decode loop, side by side
 ``decode``      a short, lossless chain speculative decode loop (HF verifier + speculators draft)
+``defaults``    the evaluation defaults ``evaluate`` and ``vllm-check`` share (prompts, lengths, k)
+``conventions`` τ as eagle3kit, speculators and SpecForge count it, with the conversions
+``budget``      τ against the CPU minutes spent making the draft, and its plot
 ``export``      reload an exported draft with speculators, the vLLM serve command
+``vllm``        the draft in real vLLM (its own environment, subprocesses only): :mod:`eagle3kit.evaluate.vllm`
 """

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from eagle3kit.data.conversations import Conversation, ConversationError, prompt_turns
 from eagle3kit.data.generate import greedy_replies
 from eagle3kit.evaluate.decode import aux_hidden_states, speculative_generate, to_verifier_ids
+from eagle3kit.evaluate.defaults import MAX_PROMPT_TOKENS
 
 
 @dataclass
@@ -59,7 +60,7 @@ class Acceptance:
         return pd.DataFrame(rows)
 
 
-def chat_prompts(tokenizer, conversations: list[Conversation], n: int, max_prompt_tokens: int = 128
+def chat_prompts(tokenizer, conversations: list[Conversation], n: int, max_prompt_tokens: int = MAX_PROMPT_TOKENS
                  ) -> list[torch.Tensor]:
     """Prompt ids ([1, P]) from the first user turn of each conversation, with the chat template.
 

@@ -16,7 +16,8 @@ import pandas as pd
 from speculators import SpeculatorModel
 from speculators.models.eagle3 import Eagle3SpeculatorConfig
 
-from eagle3kit.evaluate import serve
+from eagle3kit.draft.config import set_attention
+from eagle3kit.evaluate.vllm import serve
 from eagle3kit.logs import quiet
 
 
@@ -32,7 +33,7 @@ def reload(path: str | os.PathLike, attn_implementation: str | None = "sdpa"):
                                 "(`eagle3kit train ... --export DIR`).")
     config = Eagle3SpeculatorConfig.from_pretrained(str(path))
     if attn_implementation is not None:
-        config.transformer_layer_config._attn_implementation = attn_implementation  # noqa: SLF001
+        set_attention(config, attn_implementation)
     with quiet():
         return SpeculatorModel.from_pretrained(str(path), config=config).eval()
 
@@ -64,10 +65,10 @@ def vllm_commands(path: str | os.PathLike, k: int | None = None, verifier: str |
     """How to serve the exported draft with vLLM.
 
     ``short``: ``vllm serve DRAFT`` (vLLM reads ``speculators_config``: verifier, method, speculative tokens).
-    ``long``: :func:`~eagle3kit.evaluate.serve.serve_command` as a shell line, for vLLM's CPU build: the verifier
+    ``long``: :func:`~eagle3kit.evaluate.vllm.serve.serve_command` as a shell line, for vLLM's CPU build: the verifier
     directory first (``verifier``, default: the one recorded in ``config.json``), the draft and ``k`` in
     ``--speculative-config``. A draft that build cannot serve raises
-    :class:`~eagle3kit.evaluate.serve.VllmInputError` saying why.
+    :class:`~eagle3kit.evaluate.vllm.serve.VllmInputError` saying why.
     """
     path = Path(path).resolve()
     return {"short": shlex.join(["vllm", "serve", str(path)]),

@@ -40,8 +40,29 @@ class MaskInputError(UserError):
     """A mask layout that speculators would reject or silently get wrong."""
 
 
-def _round_up(n: int, multiple: int = BLOCK) -> int:
+def round_up_to_block(n: int, multiple: int = BLOCK) -> int:
+    """``n`` rounded up to a whole number of flex blocks (:data:`BLOCK` tokens, or ``multiple``)."""
     return -(-n // multiple) * multiple
+
+
+def block_size_problem(total_seq_len: int, ttt_steps: int) -> str | None:
+    """Why a padded length cannot work with speculators' flex attention over ``ttt_steps`` TTT steps (one sentence),
+    or None when it can: the one statement of the block-size rule (masks, ``eagle3kit launch`` and the doctor)."""
+    if ttt_steps <= 1 or total_seq_len % BLOCK == 0:
+        return None
+    fit = round_up_to_block(total_seq_len)
+    return (f"total_seq_len={total_seq_len} is not a multiple of {BLOCK} with ttt_steps={ttt_steps}: speculators' "
+            f"flex path extends the BlockMask by one {BLOCK}-token block per query block at each TTT step, so it "
+            f"fails at TTT step 1 ('block_mask was created for a larger length'); its collator pads every batch to "
+            f"--total-seq-len, so use a multiple of {BLOCK} such as {fit} (e.g. `--total-seq-len {fit}`), or "
+            f"attn_implementation='sdpa' (`--attn sdpa`).")
+
+
+def check_block_size(total_seq_len: int, ttt_steps: int) -> None:
+    """Raise :func:`block_size_problem`'s sentence when there is one."""
+    problem = block_size_problem(total_seq_len, ttt_steps)
+    if problem:
+        raise MaskInputError(problem)
 
 
 def check_layout(total_seq_len: int, ttt_steps: int, sliding_window: int | None) -> None:
@@ -52,13 +73,7 @@ def check_layout(total_seq_len: int, ttt_steps: int, sliding_window: int | None)
         raise MaskInputError(f"ttt_steps must be a positive integer (3 is speculators' default), got {ttt_steps!r}.")
     if sliding_window is not None and (not isinstance(sliding_window, int) or sliding_window < 1):
         raise MaskInputError(f"sliding_window must be a positive integer or None, got {sliding_window!r}.")
-    if ttt_steps > 1 and total_seq_len % BLOCK:
-        raise MaskInputError(
-            f"total_seq_len={total_seq_len} is not a multiple of {BLOCK}: speculators' flex path extends the "
-            f"BlockMask by one {BLOCK}-token block per query block at each TTT step, so it fails at TTT step 1 "
-            f"('block_mask was created for a larger length'); its collator pads every batch to --total-seq-len, "
-            f"so use a multiple of {BLOCK} such as {_round_up(total_seq_len)}."
-        )
+    check_block_size(total_seq_len, ttt_steps)
 
 
 def check_lengths(lengths: Sequence[int]) -> list[int]:
@@ -83,7 +98,7 @@ def document_ids_from_lengths(lengths: Sequence[int], total_seq_len: int) -> tor
         raise MaskInputError(
             f"The document lengths sum to {used} tokens but total_seq_len is {total_seq_len} (speculators' collator "
             f"would truncate the last one): drop or shorten documents, or raise total_seq_len to "
-            f"{_round_up(used)}."
+            f"{round_up_to_block(used)}."
         )
     ids = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths, dtype=torch.long))
     return torch.cat([ids, torch.full((total_seq_len - used,), -1, dtype=torch.long)])
@@ -185,7 +200,8 @@ class EagleMask:
         step = self.step_index(step)
         q0, q1, k0, k1 = self.region(step, region)
         q0, k0 = q0 // tile * tile, k0 // tile * tile
-        q1, k1 = min(_round_up(q1, tile), self.total_seq_len), min(_round_up(k1, tile), self.kv_len(step))
+        q1 = min(round_up_to_block(q1, tile), self.total_seq_len)
+        k1 = min(round_up_to_block(k1, tile), self.kv_len(step))
         whole_tiles = k1 % tile == 0 or k1 == self.kv_len(-1)  # a ragged last tile would take later steps' columns
         if tile >= GRID_SUB and whole_tiles and self._is_prefix(step):  # crop the cached whole-mask grid
             counts, area = self._whole_grid(tile)
@@ -256,7 +272,7 @@ def build_mask(lengths: Sequence[int] | None = None, total_seq_len: int | None =
             raise MaskInputError("Pass either document lengths or a document_ids tensor.")
         lengths = check_lengths(lengths)
         if total_seq_len is None:
-            total_seq_len = _round_up(max(1, sum(lengths)))
+            total_seq_len = round_up_to_block(max(1, sum(lengths)))
         check_layout(total_seq_len, ttt_steps, sliding_window)
         document_ids = document_ids_from_lengths(lengths, total_seq_len)
     else:

@@ -13,7 +13,7 @@ import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from eagle3kit.masks import plots as mask_plots
-from eagle3kit.masks.eagle_mask import BLOCK, EagleMask, MaskInputError, build_mask
+from eagle3kit.masks.eagle_mask import BLOCK, EagleMask, MaskInputError, build_mask, round_up_to_block
 
 ZOOMS = [("whole sequence", 0), ("64 tokens", 64), ("128 tokens", 128), ("256 tokens", 256), ("512 tokens", 512),
          ("1024 tokens", 1024), ("2048 tokens", 2048)]
@@ -101,7 +101,7 @@ class MaskExplorer:
         if self.padding.value < 0:
             raise MaskInputError(f"padding must be 0 or more tokens, got {self.padding.value}.")
         used = sum(n for n in lengths if n > 0)
-        return lengths, max(BLOCK, -(-(used + self.padding.value) // BLOCK) * BLOCK)
+        return lengths, max(BLOCK, round_up_to_block(used + self.padding.value))
 
     def region(self, total_seq_len: int) -> tuple[int, int, int, int] | None:
         """The zoom window in step-0 coordinates (the same window in every block of keys), or None."""

@@ -16,7 +16,7 @@ from matplotlib.colors import ListedColormap, Normalize, PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from eagle3kit.masks.eagle_mask import BLOCK, EagleMask, build_mask
+from eagle3kit.masks.eagle_mask import BLOCK, EagleMask, build_mask, round_up_to_block
 from eagle3kit.masks.stats import stats
 
 ATTENDED_CMAP = "Blues"
@@ -67,8 +67,8 @@ def _decorate(ax, mask: EagleMask, q: tuple[int, int], kv: tuple[int, int], offs
         if s + offset < k1 and e + offset > k0:
             ax.axvspan(max(s + offset, k0), min(e + offset, k1), color="0.5", alpha=0.25, lw=0)
     if (q1 - q0) / BLOCK <= MAX_GRID_LINES and (k1 - k0) / BLOCK <= MAX_GRID_LINES and tile < BLOCK:
-        ax.hlines(range(-(-q0 // BLOCK) * BLOCK, q1, BLOCK), k0, k1, colors="0.55", linewidths=0.5, linestyles=":")
-        ax.vlines(range(-(-k0 // BLOCK) * BLOCK, k1, BLOCK), q0, q1, colors="0.55", linewidths=0.5, linestyles=":")
+        ax.hlines(range(round_up_to_block(q0), q1, BLOCK), k0, k1, colors="0.55", linewidths=0.5, linestyles=":")
+        ax.vlines(range(round_up_to_block(k0), k1, BLOCK), q0, q1, colors="0.55", linewidths=0.5, linestyles=":")
 
 
 def plot_token_mask(mask: EagleMask, region: Sequence[int] | None = None, step: int = -1,

@@ -1,9 +1,11 @@
 """Stage 05 — training the draft step by step, checkpoints, and the hand-off to speculators' trainer (notebook 05).
 
 ``session``     :class:`TrainSession`: ``step()`` / ``run(n)`` over speculators' model, losses and batches
+``loop``        the plain training loop ``TrainSession.step`` wraps, written against speculators
 ``batches``     the packed batches at an exact, resumable position
 ``checkpoint``  save / resume (weights, optimizer, scheduler, RNG, data position)
 ``plots``       training curves per TTT step, the next batch
 ``stepper``     the Step / Run N / Stop widget
+``overfit``     train on one conversation, then decode it with the draft
 ``launch``      speculators ``TrainConfig`` YAML + the torchrun / FSDP command, and its dry run
 """

@@ -27,10 +27,10 @@ from speculators.train.config.resolution import DECODER_SHAPING_FLAGS
 from speculators.train.config.schema import nest_flat
 
 from eagle3kit.atomic import write_text
-from eagle3kit.draft.config import DraftBuild
+from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 from eagle3kit.errors import UserError
 from eagle3kit.draft.model import build_for_data, save_draft
-from eagle3kit.masks.eagle_mask import BLOCK
+from eagle3kit.masks.eagle_mask import check_block_size
 from eagle3kit.train.loop import optimizer_args
 
 # Why eagle3kit writes a value that differs from the speculators CLI default (the explanation table shows them).
@@ -93,7 +93,7 @@ def flat_config(build: DraftBuild, settings, data_dir: str | os.PathLike, save_p
         "train_data_ratio": settings.train_data_ratio, "hidden_states_dtype": hidden_states_dtype,
         "num_workers": num_workers, "on_missing": "raise",
         "loss_implementation": loss_implementation, "loss_fn": settings.loss_fn,
-        "ttt_steps": cfg.speculators_config.proposal_methods[0].speculative_tokens,
+        "ttt_steps": draft_ttt_steps(cfg),
         "ttt_step_loss_decay": settings.ttt_step_loss_decay,
         **_optimizer_fields(settings),
         "scheduler_type": settings.scheduler_type, "scheduler_warmup_steps": settings.warmup_steps,
@@ -131,12 +131,8 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     if n_gpus < 1:
         raise UserError(f"n_gpus={n_gpus}: use 1 or more GPUs (e.g. `--gpus 8`).")
     attn = options.get("attn_implementation", "simple_flex_attention")
-    if attn == "simple_flex_attention" and settings.total_seq_len % BLOCK:
-        raise UserError(
-            f"total_seq_len={settings.total_seq_len} is not a multiple of {BLOCK}: speculators' flex attention "
-            f"would fail at TTT step 1 on the GPUs; use a multiple of {BLOCK} (e.g. `--total-seq-len "
-            f"{-(-settings.total_seq_len // BLOCK) * BLOCK}`) or attn_implementation='sdpa' (`--attn sdpa`)."
-        )
+    if attn == "simple_flex_attention":
+        check_block_size(settings.total_seq_len, draft_ttt_steps(build.config))
     out = Path(out_dir)
     flat = flat_config(build, settings, data_dir, out / "checkpoints", **options)
     if getattr(settings, "warm_start_layer", None) is not None:  # speculators starts from these weights

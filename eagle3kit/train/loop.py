@@ -22,7 +22,8 @@ from speculators.train.config.schema import OptimizerArgs
 from speculators.train.optimizers import build_optimizers
 from transformers import get_constant_schedule, get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
 
-from eagle3kit.draft.config import DraftBuild, warn_if_bf16_emulated
+from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
+from eagle3kit.device import warn_if_bf16_emulated
 from eagle3kit.draft.model import build_for_data
 from eagle3kit.errors import UserError
 
@@ -73,7 +74,7 @@ class PlainLoop:
         self.optimizers = make_optimizers(self.model, settings)
         self.schedulers = make_schedulers(self.optimizers, settings, total_steps)
         self.loss_config = resolve_loss_config(settings.loss_fn, settings.loss_implementation)
-        self.ttt_steps = build.config.speculators_config.proposal_methods[0].speculative_tokens
+        self.ttt_steps = draft_ttt_steps(build.config)
         self.ttt_step_loss_decay = settings.ttt_step_loss_decay
 
     def step(self, batch: dict) -> float:

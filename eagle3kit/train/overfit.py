@@ -24,7 +24,7 @@ from eagle3kit.draft.config import DraftSpec
 from eagle3kit.evaluate.acceptance import chat_prompts
 from eagle3kit.evaluate.decode import greedy_generate, speculative_generate
 from eagle3kit.logs import quiet
-from eagle3kit.masks.eagle_mask import BLOCK
+from eagle3kit.masks.eagle_mask import round_up_to_block
 from eagle3kit.train.session import TrainSession
 from eagle3kit.verifier import load_model, load_tokenizer, resolve
 
@@ -108,7 +108,7 @@ def overfit(verifier="smollm2", out_dir: str | os.PathLike = "overfit", steps: i
         model = load_model(v)
     vocab = min(draft_vocab_size, v.text_config.vocab_size) if draft_vocab_size else None
     data_dir = one_conversation(v, out_dir, reply_tokens, max_prompt_tokens, seed, source, vocab, model)
-    packed = int(read_manifest(data_dir)["request"]["seq_length"]) // BLOCK * BLOCK + BLOCK
+    packed = round_up_to_block(int(read_manifest(data_dir)["request"]["seq_length"]) + 1)
     spec = dataclasses.replace(spec or DraftSpec(), verifier=v.path, ttt_steps=k, draft_vocab_size=vocab)
     session = TrainSession(data_dir, spec, progress=progress, lr=lr, seed=seed, max_steps=steps,
                            total_seq_len=packed, train_data_ratio=1.0,

@@ -26,8 +26,8 @@ from tqdm.auto import tqdm
 
 from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.errors import UserError
-from eagle3kit.draft.config import (FLOAT_DTYPES, DraftBuild, DraftSpec, build_config, native_dtype,
-                                    warn_if_bf16_emulated)
+from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps
+from eagle3kit.device import FLOAT_DTYPES, native_dtype, warn_if_bf16_emulated
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
@@ -111,7 +111,7 @@ class TrainSession:
                             f"{', '.join(map(repr, FLOAT_DTYPES))}; e.g. `--hidden-states-dtype float32`.")
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
-        self.ttt_steps = self.build.config.speculators_config.proposal_methods[0].speculative_tokens
+        self.ttt_steps = draft_ttt_steps(self.build.config)
         self.batches = Batches(self.data_dir, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype)
         self.loss_config = resolve_loss_config(s.loss_fn, s.loss_implementation)
         torch.manual_seed(s.seed)

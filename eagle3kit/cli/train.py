@@ -9,7 +9,7 @@ import json
 import sys
 import textwrap
 
-from eagle3kit.cli_args import as_typed, given, given_params, settings_options, signature_options
+from eagle3kit.cli.args import as_typed, given, given_params, settings_options, signature_options
 from eagle3kit.errors import UserError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from eagle3kit.cli_args import given, settings_options
+from eagle3kit.cli.args import given, settings_options
 
 
 # ----------------------------------------------------------------------------------------------- config
@@ -52,14 +52,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """preflight findings for a draft on a device (exit 1 on an error finding)"""
     from eagle3kit.doctor import checks as doctor  # lazy: torch + speculators take seconds to import
     from eagle3kit.doctor.findings import findings_table, format_findings, has_errors
-    from eagle3kit.draft.config import DraftSpec, build_config
+    from eagle3kit.draft.config import DraftSpec, build_config, set_attention
     from eagle3kit.draft.model import build_model
     from eagle3kit.tables import terminal_width
 
     spec = DraftSpec(**given(args, DraftSpec), device="cpu")
     build = build_config(spec)
     if args.attn != "auto":  # set it raw, so that the doctor (not the builder) judges it
-        build.config.transformer_layer_config._attn_implementation = None if args.attn == "unset" else args.attn
+        set_attention(build.config, None if args.attn == "unset" else args.attn)
     subject = build_model(build) if args.model else build
     loss = None if args.loss == "default" else args.loss
     findings = doctor.check(subject, device=args.target_device, training=spec.training, loss=loss, seq_len=args.seq_len)

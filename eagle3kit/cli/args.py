@@ -5,7 +5,7 @@ The draft and training options are generated from the fields of :class:`~eagle3k
 written once, in the dataclass. An option the user does not pass is absent from the parsed namespace, so the
 dataclass's own default applies (:func:`given` picks the ones passed). Options for a function's parameters take
 their types and defaults from its signature (:func:`signature_options`). Each stage's commands declare their options
-beside their handlers (``cli_draft``, ``cli_train``, ``cli_evaluate``).
+beside their handlers (``cli.draft``, ``cli.train``, ``cli.evaluate``).
 """
 
 from __future__ import annotations

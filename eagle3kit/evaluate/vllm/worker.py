@@ -3,7 +3,7 @@
 Standalone on purpose: it runs with the vLLM environment's python, which has no eagle3kit, and imports only vllm and
 the standard library::
 
-    .venv-vllm/bin/python vllm_worker.py spec.json out.json
+    .venv-vllm/bin/python worker.py spec.json out.json
 
 ``spec.json``: ``verifier`` (HF directory), ``draft`` (exported draft directory), ``k``, ``prompts`` (lists of token
 ids), ``max_new_tokens``; optional ``runs`` (default ``["draft", "plain"]``), ``kv_cache_gb`` (2), ``dtype``
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
         Path(out_path).write_text(json.dumps(record))
         return 0
     if len(argv) != 2:
-        print("usage: vllm_worker.py spec.json out.json", file=sys.stderr)
+        print("usage: worker.py spec.json out.json", file=sys.stderr)
         return 2
     spec_path, out_path = Path(argv[0]), Path(argv[1])
     spec = json.loads(spec_path.read_text())
@@ -128,12 +128,12 @@ def main(argv: list[str]) -> int:
             for proc in procs.values():
                 if proc.poll() is None:
                     proc.kill()
-            print(f"vllm_worker: the {failed[0][0]!r} run exited with code {failed[0][1]}", file=sys.stderr)
+            print(f"worker.py: the {failed[0][0]!r} run exited with code {failed[0][1]}", file=sys.stderr)
             return failed[0][1]
         time.sleep(0.5)
     for run, proc in procs.items():
         if proc.returncode != 0:
-            print(f"vllm_worker: the {run!r} run exited with code {proc.returncode}", file=sys.stderr)
+            print(f"worker.py: the {run!r} run exited with code {proc.returncode}", file=sys.stderr)
             return proc.returncode
     for run, part in parts.items():
         runs[run] = json.loads(part.read_text())

@@ -1,8 +1,8 @@
 """Serve an exported draft in real vLLM (the CPU build, in its own environment) and check it there.
 
-vLLM pins another torch than speculators, so it lives in its own environment (:mod:`eagle3kit.evaluate.vllm_env`)
-and eagle3kit talks to it through subprocesses only: :func:`check_draft` runs ``vllm_worker.py`` (the same prompts
-with and without the draft: τ from vLLM's counters, output unchanged); :func:`served` starts the
+vLLM pins another torch than speculators, so it lives in its own environment (:mod:`eagle3kit.evaluate.vllm.env`)
+and eagle3kit talks to it through subprocesses only: :func:`check_draft` runs ``worker.py`` (the same prompts
+with and without the draft: τ from vLLM's counters, output unchanged); :func:`served` (tests/vllm_served.py) starts the
 :func:`serve_command` a user runs.
 """
 
@@ -11,27 +11,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
-import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from eagle3kit.errors import UserError
-from eagle3kit.evaluate.vllm_env import VllmError, vllm_python
+from eagle3kit.evaluate.defaults import MAX_NEW_TOKENS
+from eagle3kit.evaluate.vllm.env import VllmError, vllm_python
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vllm 0.32 CPUAttentionBackend
 SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}  # GiB of KV cache; vLLM CPU's default wants more than small hosts have
-WORKER = Path(__file__).with_name("vllm_worker.py")
+WORKER = Path(__file__).with_name("worker.py")
 
 
 class VllmInputError(UserError):
@@ -88,7 +84,9 @@ def check_inputs(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike |
         if c and _head_dim(c) not in CPU_HEAD_SIZES:
             raise VllmInputError(f"vLLM's CPU attention cannot serve head_dim={_head_dim(c)} (the {what}'s); it "
                                  f"supports {list(CPU_HEAD_SIZES)}: use a verifier with one of those head sizes.")
-    return draft, verifier, k or spec["proposal_methods"][0]["speculative_tokens"]
+    from eagle3kit.draft.config import draft_ttt_steps  # lazy: torch + speculators, only for the default k
+
+    return draft, verifier, k or draft_ttt_steps(cfg)
 
 
 # ----------------------------------------------------------------------------------------------- offline check
@@ -176,7 +174,7 @@ def _launch(argv: list[str], log: Path) -> subprocess.Popen:
 
 
 def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None,
-                prompts_token_ids: list[list[int]], max_new_tokens: int = 32, k: int | None = None,
+                prompts_token_ids: list[list[int]], max_new_tokens: int = MAX_NEW_TOKENS, k: int | None = None,
                 timeout: float = 900.0, venv: str | os.PathLike | None = None) -> VllmCheck:
     """Generate greedily in vLLM with the draft and without it on the same token-id prompts (two fresh engines)."""
     draft, verifier, k = check_inputs(draft_dir, verifier_dir, k)
@@ -219,67 +217,3 @@ def shell_command(argv: list[str]) -> str:
     """``VLLM_CPU_KVCACHE_SPACE=2 vllm serve ...``, quoted for a POSIX shell."""
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in SERVE_ENV.items())
     return f"{env} {shlex.join(argv)}"
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def served(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None = None, k: int | None = None,
-           timeout: float = 600.0, venv: str | os.PathLike | None = None,
-           log_path: str | os.PathLike | None = None) -> Iterator[str]:
-    """Run :func:`serve_command` on a free port of 127.0.0.1 until ``/health`` answers; yield the base URL.
-
-    On exit the server's whole process group is stopped (SIGTERM, then SIGKILL); its log is kept only at
-    ``log_path`` (a failure to start quotes the log's tail in the error).
-    """
-    python = vllm_python(venv)
-    port = _free_port("127.0.0.1")
-    argv = serve_command(draft_dir, verifier_dir, k, port)
-    argv[0] = str(python.parent / "vllm")
-    url = f"http://127.0.0.1:{port}"
-    log = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="eagle3kit-serve-")) / "server.log"
-    proc = _launch(argv, log)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise VllmError(f"vllm serve exited with code {proc.returncode}; log tail:\n{_tail(log)}")
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise VllmError(f"vllm serve did not answer /health within {timeout:.0f}s; log tail:\n{_tail(log)}")
-            time.sleep(1.0)
-        yield url
-    finally:
-        _stop_group(proc)
-        if log_path is None:
-            shutil.rmtree(log.parent, ignore_errors=True)
-
-
-_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
-
-
-def scrape_spec_metrics(metrics_text: str) -> dict[str, object]:
-    """Spec-decode counters from a Prometheus ``/metrics`` text (summed over engines and models)."""
-    names = {f"vllm:spec_decode_num_{n}": key for n, key in (("drafts", "drafts"), ("draft_tokens", "draft_tokens"),
-                                                            ("accepted_tokens", "accepted"))}
-    out: dict[str, object] = dict.fromkeys(names.values(), 0)
-    per_pos: dict[int, int] = {}
-    for line in metrics_text.splitlines():
-        m = _SAMPLE.match(line)
-        if not m or line.startswith("#"):
-            continue
-        name = m["name"].removesuffix("_total")
-        if name in names:
-            out[names[name]] += int(float(m["value"]))
-        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            pos = int(re.search(r'position="(\d+)"', m["labels"] or "")[1])
-            per_pos[pos] = per_pos.get(pos, 0) + int(float(m["value"]))
-    out["accepted_per_pos"] = [per_pos[i] for i in sorted(per_pos)]
-    return out
-

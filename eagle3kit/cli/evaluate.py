@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
-from eagle3kit.cli_args import signature_options
+from eagle3kit.cli.args import signature_options
 from eagle3kit.errors import UserError
+from eagle3kit.evaluate import defaults
 
 
 # ----------------------------------------------------------------------------------------------- prompts
-def _prompt_options(p: argparse.ArgumentParser, n_prompts: int) -> None:
-    """The prompts of ``evaluate`` and ``vllm-check``: held-out conversations of a data directory and/or texts."""
-    from eagle3kit.evaluate.acceptance import chat_prompts  # lazy: torch takes seconds to import
-
+def _measure_options(p: argparse.ArgumentParser) -> None:
+    """What ``evaluate`` and ``vllm-check`` both measure on (defaults: :mod:`eagle3kit.evaluate.defaults`): the
+    prompts (held-out conversations of a data directory and/or texts), their length, the continuation, k."""
     p.add_argument("--data", help="a data directory: its held-out conversations give the prompts")
     p.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt (repeatable)")
-    p.add_argument("--n-prompts", type=int, default=n_prompts, help=f"at most this many prompts (default: {n_prompts})")
-    signature_options(p, chat_prompts, {"max_prompt_tokens": "a prompt is cut to this many tokens"})
+    p.add_argument("--n-prompts", type=int, default=defaults.N_PROMPTS,
+                   help=f"at most this many prompts (default: {defaults.N_PROMPTS})")
+    p.add_argument("--max-prompt-tokens", type=int, default=defaults.MAX_PROMPT_TOKENS,
+                   help=f"a prompt is cut to this many tokens (default: {defaults.MAX_PROMPT_TOKENS})")
+    p.add_argument("--max-new-tokens", type=int, default=defaults.MAX_NEW_TOKENS,
+                   help=f"greedy tokens per prompt (default: {defaults.MAX_NEW_TOKENS})")
+    p.add_argument("--k", type=int, default=defaults.K, help="draft tokens per round (0: the draft's ttt_steps)")
 
 
 def _conversations(args: argparse.Namespace) -> list:
@@ -38,9 +44,7 @@ def evaluate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", action="append", metavar="DIR", help="an exported draft (repeatable)")
     p.add_argument("--untrained", action="store_true", help="also an untrained draft of the same shape")
     p.add_argument("--verifier", help="default: the verifier recorded in the draft's config")
-    _prompt_options(p, n_prompts=4)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--k", type=int, default=0, help="draft tokens per round (0: the draft's ttt_steps)")
+    _measure_options(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-decode", action="store_true", help="simulated acceptance only (skip the decode loop)")
 
@@ -49,7 +53,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """acceptance length tau of drafts: simulated and by a real decode loop"""
     import torch  # lazy, with the stages below: torch + speculators take seconds to import
 
-    from eagle3kit.draft.config import build_config
+    from eagle3kit.draft.config import build_config, draft_ttt_steps
     from eagle3kit.draft.model import build_model
     from eagle3kit.evaluate import acceptance as ev
     from eagle3kit.evaluate.export import reload
@@ -70,7 +74,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         drafts = {"untrained": build_model(build_config(verifier=verifier, draft_vocab_size=size, training=False,
                                                         ttt_steps=max(1, args.k)), t2d=t2d, d2t=d2t).eval(),
                   **drafts}
-    k = args.k or (first.config.speculators_config.proposal_methods[0].speculative_tokens if first else 3)
+    k = args.k or (draft_ttt_steps(first.config) if first else 3)
     model, tok = load_model(verifier), load_tokenizer(verifier)
     prompts = ev.chat_prompts(tok, _conversations(args), args.n_prompts, args.max_prompt_tokens)
     table, _sim, _real = ev.compare(model, tok, drafts, prompts, args.max_new_tokens, k, not args.no_decode)
@@ -82,43 +86,47 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------------------------- vLLM
 def install_vllm_options(p: argparse.ArgumentParser) -> None:
-    from eagle3kit.evaluate.vllm_env import VENV_VAR, install_vllm_env
+    from eagle3kit.evaluate.vllm.env import VENV_VAR, install_vllm_env
 
     signature_options(p, install_vllm_env, {"path": f"the environment's folder (None: ${VENV_VAR}, else .venv-vllm)"})
 
 
 def cmd_install_vllm(args: argparse.Namespace) -> int:
     """install vLLM's CPU build in its own environment (once; a few minutes) and print its folder"""
-    from eagle3kit.evaluate.vllm_env import install_vllm_env
+    from eagle3kit.evaluate.vllm.env import install_vllm_env
 
     print(install_vllm_env(args.path))
     return 0
 
 
 def vllm_check_options(p: argparse.ArgumentParser) -> None:
-    from eagle3kit.evaluate.serve import check_draft
+    from eagle3kit.evaluate.vllm.serve import check_draft
 
     p.add_argument("--draft", required=True, metavar="DIR", help="an exported draft (speculators format)")
     p.add_argument("--verifier", metavar="DIR", help="the verifier's local directory (default: the one recorded in "
                    "the draft's config)")
-    _prompt_options(p, n_prompts=16)
-    signature_options(p, check_draft, {"max_new_tokens": "greedy tokens per prompt",
-                                       "k": "draft tokens per step (None: the draft's speculative tokens)",
-                                       "timeout": "seconds before vLLM is stopped"})
+    _measure_options(p)
+    signature_options(p, check_draft, {"timeout": "seconds before vLLM is stopped"})
 
 
 def cmd_vllm_check(args: argparse.Namespace) -> int:
-    """run an exported draft in real vLLM (CPU build): tau by vLLM's counters, output unchanged (exit 1 if not)"""
-    from eagle3kit.evaluate import serve  # lazy: torch + transformers take seconds to import
-    from eagle3kit.evaluate.acceptance import chat_prompts
-    from eagle3kit.evaluate.vllm_env import VllmError, vllm_python
-    from eagle3kit.tables import format_table
-    from eagle3kit.verifier import load_tokenizer
+    """run an exported draft in real vLLM (CPU build): tau by vLLM's counters beside eagle3kit's simulated tau on
+    the same prompts and lengths, output unchanged (exit 1 if not)"""
+    import torch  # lazy, with the stages below: torch + speculators take seconds to import
 
-    draft, verifier, k = serve.check_inputs(args.draft, args.verifier, args.k)
+    from eagle3kit.evaluate import acceptance as ev
+    from eagle3kit.evaluate.export import reload, vllm_commands
+    from eagle3kit.evaluate.vllm import serve
+    from eagle3kit.evaluate.vllm.compare import comparison_table
+    from eagle3kit.evaluate.vllm.env import VllmError, vllm_python
+    from eagle3kit.tables import format_table
+    from eagle3kit.verifier import load_model, load_tokenizer
+
+    draft, verifier, k = serve.check_inputs(args.draft, args.verifier, args.k or None)
     conversations = _conversations(args)
     python = vllm_python()  # no vLLM environment: say how to make one before anything is loaded
-    prompts = chat_prompts(load_tokenizer(str(verifier)), conversations, args.n_prompts, args.max_prompt_tokens)
+    tok = load_tokenizer(str(verifier))
+    prompts = ev.chat_prompts(tok, conversations, args.n_prompts, args.max_prompt_tokens)
     try:
         check = serve.check_draft(draft, verifier, [p[0].tolist() for p in prompts], args.max_new_tokens, k,
                                   args.timeout)
@@ -126,9 +134,16 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
         print(f"eagle3kit: {exc}", file=sys.stderr)
         return 1
     print(format_table(check.table()))
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    model, t0 = load_model(str(verifier)), time.perf_counter()
+    conts = ev.continuations(model, prompts, args.max_new_tokens, tok.eos_token_id, progress=False)
+    greedy_tokens_per_s = sum(map(len, conts)) / (time.perf_counter() - t0)
+    simulated = ev.simulate(model, reload(draft), prompts, conts, k, progress=False)
+    print("\nThe same prompts and lengths, eagle3kit beside vLLM:")
+    print(format_table(comparison_table(check, simulated, None, conts, greedy_tokens_per_s).reset_index(
+        names="measure")))
     print(f"\n{len(prompts)} prompts, {args.max_new_tokens} greedy tokens each, k = {k}")
-    print(f"\nServe the draft (`vllm` is in {python.parent}):\n  "
-          + serve.shell_command(serve.serve_command(draft, verifier, k)))
+    print(f"\nServe the draft (`vllm` is in {python.parent}):\n  {vllm_commands(draft, k, verifier)['long']}")
     if check.lossless < len(prompts):
         print(f"eagle3kit: the draft changed vLLM's greedy output on {len(prompts) - check.lossless} of "
               f"{len(prompts)} prompts; speculative decoding must leave it unchanged.", file=sys.stderr)

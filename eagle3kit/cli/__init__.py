@@ -1,8 +1,14 @@
 """The ``eagle3kit`` command: the parser, :data:`COMMANDS` and :func:`main`, plus the two project-wide commands.
 
 Each subcommand is a thin wrapper over a library function; a stage's commands live with their options in
-:mod:`eagle3kit.cli_draft` (notebooks 01-03), :mod:`eagle3kit.cli_train` (04-05) and :mod:`eagle3kit.cli_evaluate`
-(06); :mod:`eagle3kit.cli_args` builds options from typed fields and signatures.
+:mod:`eagle3kit.cli.draft` (notebooks 01-03), :mod:`eagle3kit.cli.train` (04-05) and :mod:`eagle3kit.cli.evaluate`
+(06); :mod:`eagle3kit.cli.args` builds options from typed fields and signatures.
+
+``args``      options built from typed fields and signatures, the parser that prints one-line errors
+``draft``     ``config``, ``doctor``, ``probe``, ``masks`` (notebooks 01-03)
+``train``     ``regenerate``, ``data``, ``train``, ``overfit``, ``launch`` (04-05)
+``evaluate``  ``evaluate``, ``install-vllm``, ``vllm-check`` (06)
+``__main__``  ``python -m eagle3kit.cli``
 
 A user mistake ends in one line on stderr and exit status 2; the stages are imported inside each command because
 torch + speculators take seconds to import, which ``eagle3kit --help`` or ``eagle3kit masks`` should not wait for.
@@ -15,7 +21,10 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from eagle3kit import cli_args, cli_draft, cli_evaluate, cli_train
+from eagle3kit.cli import args as cli_args
+from eagle3kit.cli import draft as cli_draft
+from eagle3kit.cli import evaluate as cli_evaluate
+from eagle3kit.cli import train as cli_train
 from eagle3kit.errors import is_user_error
 
 DESCRIPTION = "Build, check, train and hand off EAGLE-3 draft models (speculators) against a real verifier."
@@ -101,6 +110,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"eagle3kit: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, no stack trace
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,8 @@
+"""The draft in real vLLM's CPU build, which lives in its own environment (``.venv-vllm``) and is reached through
+subprocesses only.
+
+``env``      find or install that environment (``python -m eagle3kit.evaluate.vllm.env [DIR]``, what ``make vllm`` runs)
+``serve``    check the inputs, run ``worker.py`` on the same prompts with and without the draft, the serve command
+``worker``   standalone script run by the vLLM environment's python (imports only vllm and the standard library)
+``compare``  vLLM's view of a draft beside eagle3kit's: τ, per-position acceptance, lossless, speed
+"""

@@ -1,0 +1,38 @@
+"""vLLM's view of a draft beside eagle3kit's, on the same prompts: τ, per-position acceptance, lossless, speed."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from eagle3kit.evaluate.acceptance import Acceptance, DecodeRun
+from eagle3kit.evaluate.vllm.serve import VllmCheck
+
+
+def same_as_greedy(check: VllmCheck, continuations: list[list[int]]) -> int:
+    """Prompts whose vLLM output (without the draft) equals eagle3kit's greedy continuation (transformers) over the
+    tokens vLLM wrote; a difference is a floating-point near tie between the two engines, not a draft error."""
+    return sum(c[: len(o)] == o for c, o in zip(continuations, check.outputs_plain, strict=True))
+
+
+def comparison_table(check: VllmCheck, simulated: Acceptance, decoded: DecodeRun | None,
+                     continuations: list[list[int]], greedy_tokens_per_s: float) -> pd.DataFrame:
+    """One row per measure, one column per engine: vLLM (its counters), eagle3kit's decode loop (left out when
+    ``decoded`` is None), eagle3kit's simulation. vLLM's per-position rates count the rounds it ran, the
+    simulation's every start position."""
+    n = len(check.outputs_plain)
+
+    def loop(value) -> list:  # the decode loop's cell, or none when there is no decode-loop column
+        return [] if decoded is None else [value(decoded) if callable(value) else value]
+
+    rows = {"τ (tokens per verifier step)": [check.tau, *loop(lambda d: d.tau), simulated.tau]}
+    for i, (theirs, ours) in enumerate(zip(check.acceptance_per_pos, simulated.rates()["cumulative"],
+                                           strict=True), 1):
+        rows[f"P(draft token {i} accepted)"] = [theirs, *loop("–"), ours]
+    rows["lossless: same output with and without the draft"] = [
+        f"{check.lossless}/{n}", *loop(lambda d: f"{d.lossless}/{d.prompts}"), "–"]
+    rows["plain output equal to eagle3kit's greedy"] = [f"{same_as_greedy(check, continuations)}/{n}", *loop("–"), "–"]
+    rows["tokens/s with the draft"] = [check.tokens_per_s["draft"], *loop(lambda d: d.tokens / d.seconds), "–"]
+    rows["tokens/s without it"] = [check.tokens_per_s["plain"], *loop(greedy_tokens_per_s), "–"]
+    columns = [f"vLLM {check.vllm_version} (its counters)", *loop("eagle3kit decode loop"), "eagle3kit simulated"]
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
+    return table.map(lambda x: round(x, 3) if isinstance(x, float) else x)

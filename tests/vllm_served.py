@@ -1,0 +1,85 @@
+"""Test-only vLLM helpers: serve an exported draft with ``vllm serve`` and read its spec-decode counters.
+
+The library checks a draft with :func:`eagle3kit.evaluate.vllm.serve.check_draft`; only tests/test_vllm.py starts an
+OpenAI-compatible server, so this lives with the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from eagle3kit.evaluate.vllm.env import VllmError, vllm_python
+from eagle3kit.evaluate.vllm.serve import _launch, _stop_group, _tail, serve_command
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def served(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None = None, k: int | None = None,
+           timeout: float = 600.0, venv: str | os.PathLike | None = None,
+           log_path: str | os.PathLike | None = None) -> Iterator[str]:
+    """Run :func:`serve_command` on a free port of 127.0.0.1 until ``/health`` answers; yield the base URL.
+
+    On exit the server's whole process group is stopped (SIGTERM, then SIGKILL); its log is kept only at
+    ``log_path`` (a failure to start quotes the log's tail in the error).
+    """
+    python = vllm_python(venv)
+    port = _free_port("127.0.0.1")
+    argv = serve_command(draft_dir, verifier_dir, k, port)
+    argv[0] = str(python.parent / "vllm")
+    url = f"http://127.0.0.1:{port}"
+    log = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="eagle3kit-serve-")) / "server.log"
+    proc = _launch(argv, log)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise VllmError(f"vllm serve exited with code {proc.returncode}; log tail:\n{_tail(log)}")
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise VllmError(f"vllm serve did not answer /health within {timeout:.0f}s; log tail:\n{_tail(log)}")
+            time.sleep(1.0)
+        yield url
+    finally:
+        _stop_group(proc)
+        if log_path is None:
+            shutil.rmtree(log.parent, ignore_errors=True)
+
+
+_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
+
+
+def scrape_spec_metrics(metrics_text: str) -> dict[str, object]:
+    """Spec-decode counters from a Prometheus ``/metrics`` text (summed over engines and models)."""
+    names = {f"vllm:spec_decode_num_{n}": key for n, key in (("drafts", "drafts"), ("draft_tokens", "draft_tokens"),
+                                                            ("accepted_tokens", "accepted"))}
+    out: dict[str, object] = dict.fromkeys(names.values(), 0)
+    per_pos: dict[int, int] = {}
+    for line in metrics_text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m or line.startswith("#"):
+            continue
+        name = m["name"].removesuffix("_total")
+        if name in names:
+            out[names[name]] += int(float(m["value"]))
+        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            pos = int(re.search(r'position="(\d+)"', m["labels"] or "")[1])
+            per_pos[pos] = per_pos.get(pos, 0) + int(float(m["value"]))
+    out["accepted_per_pos"] = [per_pos[i] for i in sorted(per_pos)]
+    return out
+
