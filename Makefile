@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml eagle3kit/assets.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -e '.[dev]'
-	$(BIN)/python -m eagle3kit.assets
+	$(BIN)/eagle3kit install-assets
 	touch $(STAMP)
 
 env: $(STAMP)

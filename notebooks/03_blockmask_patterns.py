@@ -52,7 +52,7 @@ from IPython.display import display
 
 from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.explorer import MaskExplorer
-from eagle3kit.masks.layouts import pack, sharegpt_lengths
+from eagle3kit.data.layouts import pack, sharegpt_lengths
 from eagle3kit.masks.stats import check_equivalence, stats
 from eagle3kit.masks.eagle_mask import COMPILE_ABOVE, MaskInputError, build_mask
 from eagle3kit.runner import record_summary

@@ -64,7 +64,8 @@ import torch
 from eagle3kit.data.loader import find_or_build_data, held_out_conversations
 from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.draft.config import DraftSpec
-from eagle3kit.draft.model import build_for_data, save_draft
+from eagle3kit.data.vocab import build_for_data
+from eagle3kit.draft.model import save_draft
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate import conventions, export
 from eagle3kit.evaluate.vllm import compare as vllm_compare

@@ -28,10 +28,11 @@ from eagle3kit.data import conversations as conv
 from eagle3kit.data.conversations import HELD_OUT
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import bad_files, remake_command, require_healthy
-from eagle3kit.data.loader import held_out_conversations, held_out_prompts, load_vocab_mapping, make_loader
+from eagle3kit.data.loader import held_out_conversations, held_out_prompts, make_loader
 from eagle3kit.data.manifest import DataError, MANIFEST, files_table, read_manifest
 from eagle3kit.data.plots import plot_batch
 from eagle3kit.data.targets import verify_targets
+from eagle3kit.data.vocab import load_mapping
 from eagle3kit.verifier import load_tokenizer
 
 SMALL = dict(n_conversations=5, seq_length=160, held_out=2, progress=False, batch_size=2)
@@ -109,11 +110,11 @@ def test_plot_batch_draws_the_mask_or_the_documents_and_loss_mask(built):
 
 def test_vocab_mapping(built, tiny_verifier):
     out, _ = built
-    t2d, d2t = load_vocab_mapping(out, 256)
+    t2d, d2t = load_mapping(out, 256, tiny_verifier.text_config.vocab_size)
     assert t2d.dtype == torch.bool and int(t2d.sum()) == 256 and d2t.shape == (256,)
     target_ids = torch.arange(256) + d2t
     assert torch.equal(target_ids, torch.nonzero(t2d).flatten())
-    assert load_vocab_mapping(out, None) == (None, None)
+    assert load_mapping(out, None, tiny_verifier.text_config.vocab_size) == (None, None)
     # the most frequent assistant token is in the draft vocab
     freq = torch.load(out / "token_freq.pt", weights_only=True)
     assert bool(t2d[max(freq, key=freq.get)])
@@ -361,7 +362,7 @@ def test_speculators_train_reads_the_directory(built, tiny_verifier):
     args = argparse.Namespace(d2t_path=None, t2d_path=None, data_path=str(out), draft_vocab_size=256,
                               token_freq_path=None, verifier_name_or_path=tiny_verifier.path, trust_remote_code=False)
     d2t, t2d, size = parse_vocab_mappings(args)
-    ours_t2d, ours_d2t = load_vocab_mapping(out, 256)
+    ours_t2d, ours_d2t = load_mapping(out, 256, tiny_verifier.text_config.vocab_size)
     assert size == 256 and torch.equal(d2t, ours_d2t) and torch.equal(t2d, ours_t2d)
     train, val = create_train_val_loaders(
         data_path=str(out), total_seq_len=256, hidden_states_dtype=torch.float32, vllm_endpoint="http://unused",

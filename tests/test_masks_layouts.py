@@ -6,7 +6,7 @@ import pytest
 
 from eagle3kit.data.conversations import ordered, read_sharegpt
 from eagle3kit.masks.eagle_mask import MaskInputError
-from eagle3kit.masks.layouts import pack, sharegpt_lengths
+from eagle3kit.data.layouts import pack, sharegpt_lengths
 from eagle3kit.verifier import load_tokenizer
 
 

@@ -31,7 +31,7 @@ def test_asset_step_is_the_same_everywhere():
     text = (REPO / "environment.yml").read_text()
     for name, version in ASSETS.items():
         assert f"{name}=={version}" in text
-    assert "python -m eagle3kit.assets" in (REPO / "Makefile").read_text()
+    assert "eagle3kit install-assets" in (REPO / "Makefile").read_text()
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert "speculators==0.9.0" in deps and not any(d.startswith(tuple(ASSETS)) for d in deps)
 

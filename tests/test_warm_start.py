@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from eagle3kit.draft.config import build_config
-from eagle3kit.draft.model import build_for_data
+from eagle3kit.data.vocab import build_for_data
 from eagle3kit.draft.warm_start import resolve_layer, warm_start
 from eagle3kit.train import launch
 from eagle3kit.train.session import TrainSession, TrainSettings

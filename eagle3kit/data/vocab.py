@@ -11,9 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from speculators.models.eagle3 import Eagle3DraftModel
 from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution, save_token_frequency_distribution
 
 from eagle3kit.atomic import atomic_file
+from eagle3kit.draft.config import DraftBuild
+from eagle3kit.draft.model import build_model
 
 
 def token_freq_path(data_dir: str | os.PathLike) -> Path:
@@ -94,3 +97,10 @@ def coverage_curve(token_freq: dict[int, int], sizes: list[int] | None = None) -
     cum = np.cumsum(counts) / max(total, 1)
     sizes = sizes or sorted({int(x) for x in np.geomspace(16, max(len(counts), 16), 24)})
     return [(k, float(cum[min(k, len(cum)) - 1]) if len(cum) else 1.0) for k in sizes]
+
+
+def build_for_data(build: DraftBuild, data_dir: str | os.PathLike,
+                   warm_start_layer: int | None = None) -> Eagle3DraftModel:
+    """:func:`build_model` with the vocab mapping (d2t/t2d) of a data directory made by ``eagle3kit data``."""
+    t2d, d2t = load_mapping(data_dir, build.config.draft_vocab_size, build.verifier.text_config.vocab_size)
+    return build_model(build, t2d, d2t, warm_start_layer)

@@ -1,7 +1,7 @@
 """Stage 01 — the draft config built from a verifier (notebook 01).
 
 ``config``      :class:`DraftSpec` (what a user chooses), ``build_config`` -> :class:`DraftBuild`, attention choice
-``model``       speculators' ``Eagle3DraftModel`` from a build (``build_model``, ``build_for_data``), ``save_draft``
+``model``       speculators' ``Eagle3DraftModel`` from a build (``build_model``), ``save_draft``
 ``idea``        the idea in one figure: a speculative-decoding round and what a draft is made of
 ``report``      every field explained, parameter counts, memory footprint
 ``warm_start``  start the draft from a verifier decoder layer

@@ -1,7 +1,8 @@
 """The draft as a model: speculators' ``Eagle3DraftModel`` built from a :class:`DraftBuild`, and saved.
 
 Every place in eagle3kit that needs a draft builds it here: verifier-owned weights (embedding, ``lm_head`` rows,
-final norm) are loaded through speculators, quietly; the vocab mapping comes from the data directory; an optional
+final norm) are loaded through speculators, quietly; the vocab mapping (d2t/t2d) is passed in
+(:func:`eagle3kit.data.vocab.build_for_data` reads a data directory's); an optional
 warm start copies a verifier layer in (:mod:`eagle3kit.draft.warm_start`).
 """
 
@@ -15,7 +16,6 @@ import torch
 from speculators.models.eagle3 import Eagle3DraftModel
 
 from eagle3kit.atomic import atomic_dir
-from eagle3kit.data.vocab import load_mapping
 from eagle3kit.draft.config import DraftBuild
 from eagle3kit.draft.warm_start import warm_start
 from eagle3kit.logs import quiet
@@ -45,13 +45,6 @@ def build_model(build: DraftBuild, t2d: torch.Tensor | None = None, d2t: torch.T
         if warm_start_layer is not None:
             warm_start(model, build, warm_start_layer)
     return model.to(build.device)
-
-
-def build_for_data(build: DraftBuild, data_dir: str | os.PathLike,
-                   warm_start_layer: int | None = None) -> Eagle3DraftModel:
-    """:func:`build_model` with the vocab mapping (d2t/t2d) of a data directory made by ``eagle3kit data``."""
-    t2d, d2t = load_mapping(data_dir, build.config.draft_vocab_size, build.verifier.text_config.vocab_size)
-    return build_model(build, t2d, d2t, warm_start_layer)
 
 
 def save_draft(model: Eagle3DraftModel, out_dir: str | os.PathLike, dtype: str = "float32") -> Path:

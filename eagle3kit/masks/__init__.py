@@ -2,7 +2,6 @@
 
 ``eagle_mask``  ``build_mask(lengths, total_seq_len, ttt_steps)`` -> :class:`EagleMask` (speculators' mask functions)
 ``pooling``     counting attended pairs tile by tile (block tables decoded, hits pooled)
-``layouts``     document lengths for the demos: ShareGPT conversations through the chat template, packed
 ``stats``       statistics per TTT step, dense-mask equivalence across backends
 ``plots``       token heatmap, block map, statistics: functions that return a Figure
 ``explorer``    the interactive widget over those plot functions

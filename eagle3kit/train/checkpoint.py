@@ -21,7 +21,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -31,8 +31,6 @@ from safetensors.torch import load_file
 from eagle3kit.atomic import atomic_dir, recover
 from eagle3kit.errors import UserError
 
-if TYPE_CHECKING:
-    from eagle3kit.train.session import TrainSession
 
 SESSION_FILE = "session.json"
 STATE_FILE = "training_state.pt"
@@ -176,7 +174,16 @@ class ResumeMatch:
         return self.loss == self.resumed_loss and self.same_weights
 
 
-def resume_matches(session: TrainSession, resumed: TrainSession) -> ResumeMatch:
+class Stepping(Protocol):
+    """What :func:`resume_matches` needs of a session (a :class:`~eagle3kit.train.session.TrainSession`, which this
+    module does not import: the session imports the checkpoints)."""
+
+    model: torch.nn.Module
+
+    def step(self) -> dict[str, Any]: ...
+
+
+def resume_matches(session: Stepping, resumed: Stepping) -> ResumeMatch:
     """Take one step in ``session`` and one in ``resumed`` (resumed from ``session``'s last checkpoint), then compare
     the two losses and every tensor of the two models for equality."""
     a, b = session.step(), resumed.step()

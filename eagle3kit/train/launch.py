@@ -29,7 +29,8 @@ from speculators.train.config.schema import nest_flat
 from eagle3kit.atomic import write_text
 from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 from eagle3kit.errors import UserError
-from eagle3kit.draft.model import build_for_data, save_draft
+from eagle3kit.data.vocab import build_for_data
+from eagle3kit.draft.model import save_draft
 from eagle3kit.masks.eagle_mask import check_block_size
 from eagle3kit.train.loop import optimizer_args
 

@@ -24,7 +24,7 @@ from transformers import get_constant_schedule, get_cosine_schedule_with_warmup,
 
 from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 from eagle3kit.device import warn_if_bf16_emulated
-from eagle3kit.draft.model import build_for_data
+from eagle3kit.data.vocab import build_for_data
 from eagle3kit.errors import UserError
 
 OPTIMIZERS: tuple[str, ...] = typing.get_args(OptimizerArgs.model_fields["optimizer"].annotation)  # adamw, muon

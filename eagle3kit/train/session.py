@@ -28,7 +28,8 @@ from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.errors import UserError
 from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps
 from eagle3kit.device import FLOAT_DTYPES, native_dtype, warn_if_bf16_emulated
-from eagle3kit.draft.model import build_for_data, save_draft
+from eagle3kit.data.vocab import build_for_data
+from eagle3kit.draft.model import save_draft
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
 from eagle3kit.train.loop import make_optimizers, make_schedulers, optimizer_args
