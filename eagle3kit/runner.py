@@ -15,6 +15,7 @@ import papermill
 from eagle3kit import presets
 from eagle3kit.atomic import write_text
 from eagle3kit.errors import UserError
+from eagle3kit.tables import markdown_table
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -171,8 +172,7 @@ def _write_summary(out: Path, preset: str, results: list[NotebookResult]) -> Non
     payload = {"preset": preset, "ok": all(r.status == "ok" for r in results),
                "seconds": round(sum(r.seconds for r in results), 1), "notebooks": [asdict(r) for r in results]}
     write_text(out / "summary.json", json.dumps(payload, indent=2))
-    table = summary_table(results).to_string(index=False)
-    write_text(out / "summary.md", f"# eagle3kit run ({preset})\n\n```\n{table}\n```\n")
+    write_text(out / "summary.md", f"# eagle3kit run ({preset})\n\n{markdown_table(summary_table(results))}\n")
 
 
 def record_summary(workdir: str | os.PathLike, notebook: str, **numbers) -> None:

@@ -3,6 +3,7 @@
 Columns without spaces (numbers, names, paths) keep their width; text columns share what is left in proportion to
 the room they would use, never narrower than their longest word (or :data:`MIN_TEXT` characters). When even that
 does not fit, the table is written one block per row instead (``fallback``; :func:`column_blocks` for numeric tables).
+:func:`markdown_table` writes the same DataFrames for files (the run's ``summary.md``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ def _cells(df: pd.DataFrame) -> pd.DataFrame:
     if not isinstance(df.index, pd.RangeIndex):
         df = df.reset_index()
     return df.map(cell_text).astype(str)
+
+
+def _numeric(df: pd.DataFrame) -> list[bool]:
+    """Which columns of :func:`_cells` hold numbers (right-aligned)."""
+    return [pd.api.types.is_numeric_dtype(t) for t in (df if isinstance(df.index, pd.RangeIndex)
+                                                         else df.reset_index()).dtypes]
 
 
 def _longest(texts, split: bool) -> int:
@@ -84,6 +91,16 @@ def format_records(df: pd.DataFrame, width: int | None = None) -> str:
     return "\n".join(blocks)
 
 
+def markdown_table(df: pd.DataFrame) -> str:
+    """``df`` as a GitHub-flavoured Markdown table (numbers right-aligned; ``|`` and line breaks escaped), for files
+    read on GitHub or in JupyterLab (``summary.md``)."""
+    cells = _cells(df).map(lambda t: t.replace("|", "\\|").replace("\n", "<br>"))
+    numeric = _numeric(df)
+    rows = [[str(c) for c in cells.columns], ["---:" if right else "---" for right in numeric],
+            *cells.itertuples(index=False)]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
 def column_blocks(df: pd.DataFrame, width: int) -> str:
     """pandas' own wrapping: as many whole columns per block as fit ``width`` (for wide numeric tables)."""
     return df.to_string(index=False, line_width=width)
@@ -98,8 +115,7 @@ def format_table(df: pd.DataFrame, width: int | None = None,
     if widths is None:
         return fallback(df, width)
     cells = _cells(df)
-    numeric = [pd.api.types.is_numeric_dtype(t) for t in (df if isinstance(df.index, pd.RangeIndex)
-                                                            else df.reset_index()).dtypes]
+    numeric = _numeric(df)
 
     def line(parts: list[str]) -> str:
         return GAP.join(p.rjust(w) if right else p.ljust(w)

@@ -11,7 +11,8 @@ import pytest
 from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.findings import Finding, findings_table, format_findings, to_frame
 from eagle3kit.draft.config import build_config
-from eagle3kit.tables import column_blocks, column_widths, format_records, format_table
+from eagle3kit.runner import NotebookResult, _write_summary
+from eagle3kit.tables import column_blocks, column_widths, format_records, format_table, markdown_table
 
 LONG = ("speculators extends the BlockMask by whole blocks of 128 tokens, so the second TTT step fails with "
         "'block_mask was created for a larger length' when total_seq_len is not a multiple of 128")
@@ -92,3 +93,20 @@ def test_wide_numeric_tables_fall_back_to_column_blocks():
     assert_fits(text, 80)
     assert text == column_blocks(df, 80) and text.count("step") == 1 and "full_acc_7" in text and "530.1" in text
     assert format_table(df, 400, fallback=column_blocks) == format_table(df, 400)  # fits: the fallback is unused
+
+
+def test_markdown_table_escapes_pipes_and_right_aligns_numbers():
+    df = pd.DataFrame({"notebook": ["01_a", "02_b"], "seconds": [1.5, 20.0], "error": ["", "x | y\nz"]})
+    assert markdown_table(df).splitlines() == ["| notebook | seconds | error |", "| --- | ---: | --- |",
+                                               "| 01_a | 1.5 |  |", "| 02_b | 20 | x \\| y<br>z |"]
+
+
+def test_run_summary_is_a_markdown_table(tmp_path):
+    results = [NotebookResult("01_build_draft_config", "ok", 12.34, summary={"tau": 1.4}),
+               NotebookResult("02_debug_attention", "failed", 3.0, failing_cell=7, error="RuntimeError: boom")]
+    _write_summary(tmp_path, "ci", results)
+    lines = (tmp_path / "summary.md").read_text().splitlines()
+    assert lines[0] == "# eagle3kit run (ci)" and "```" not in lines
+    table = [line for line in lines if line.startswith("|")]
+    assert len(table) == 2 + len(results) and all(line.count(" | ") == table[0].count(" | ") for line in table)
+    assert "| 02_debug_attention | failed | 3 | 7 | RuntimeError: boom |" in table[3]
