@@ -36,6 +36,23 @@ def test_help_and_a_light_command_do_not_import_torch():
     assert out.split() == ["False", "False"]
 
 
+def test_python_dash_m_runs_the_same_command():
+    out = subprocess.run([sys.executable, "-m", "eagle3kit.cli", "--help"], capture_output=True, text=True, check=True)
+    assert "vllm-check" in out.stdout and "install-assets" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "eagle3kit.cli", "no-such-command"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def test_evaluate_and_vllm_check_measure_with_the_same_defaults():
+    from eagle3kit.evaluate import defaults
+
+    shared = {"n_prompts": defaults.N_PROMPTS, "max_prompt_tokens": defaults.MAX_PROMPT_TOKENS,
+              "max_new_tokens": defaults.MAX_NEW_TOKENS, "k": defaults.K}
+    for argv in (["evaluate"], ["vllm-check", "--draft", "d"]):
+        args = vars(build_parser(argv[0]).parse_args(argv))
+        assert {key: args[key] for key in shared} == shared, argv[0]
+
+
 @pytest.mark.parametrize("command", ["train", "launch"])
 def test_every_training_setting_and_draft_field_is_an_option(command):
     actions = {a.dest: a for a in build_parser(command)._subparsers._group_actions[0].choices[command]._actions}

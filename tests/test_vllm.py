@@ -69,7 +69,8 @@ def untrained(smollm2, tmp_path_factory):
 @vllm_test
 def test_export_loads_in_vllm_and_is_lossless(untrained, smollm2, capsys, monkeypatch):
     """`eagle3kit vllm-check` as a user types it: vLLM loads the untrained export, accepts nothing (τ = 1) and its
-    output with the draft equals its output without it (the command exits 1 otherwise)."""
+    output with the draft equals its output without it (the command exits 1 otherwise); eagle3kit's simulated τ on
+    the same prompts and lengths is printed beside vLLM's."""
     argv = ["vllm-check", "--draft", untrained, "--verifier", smollm2.path, "--max-new-tokens", NEW_TOKENS, "--k", K]
     for text in PROMPTS[:N_PROMPTS]:
         argv += ["--prompt", text]
@@ -80,6 +81,8 @@ def test_export_loads_in_vllm_and_is_lossless(untrained, smollm2, capsys, monkey
     print(out)
     assert code == 0 and f"{N_PROMPTS}/{N_PROMPTS}" in out and "acceptance at draft position 3" in out
     assert "1.000 (at most k + 1 = 4)" in out and "0.32.0" in out
+    side = out[out.index("eagle3kit beside vLLM"):]  # eagle3kit's simulated τ for the same prompts and lengths
+    assert "eagle3kit simulated" in side and "τ (tokens per verifier step)" in side
     assert "vllm serve" in out and "--speculative-config" in out
 
 
