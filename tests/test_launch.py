@@ -56,7 +56,7 @@ def test_yaml_carries_the_muon_optimizer(build, tiny_data, tmp_path):
 
 def test_flex_length_trap_is_refused(build, tiny_data, tmp_path):
     settings = TrainSettings(total_seq_len=300).resolved("cpu")
-    with pytest.raises(UserError, match="not a multiple of 128.*e.g. `--total-seq-len 384`"):
+    with pytest.raises(UserError, match="not a multiple of 128.*`--total-seq-len 384`.*`--attn sdpa`"):
         launch.write_plan(build, settings, tiny_data, tmp_path)
     plan = launch.write_plan(build, settings, tiny_data, tmp_path, attn_implementation="sdpa")
     assert plan.config.draft.draft_attn_impl == "sdpa"

@@ -54,7 +54,7 @@ def block_size_problem(total_seq_len: int, ttt_steps: int) -> str | None:
     return (f"total_seq_len={total_seq_len} is not a multiple of {BLOCK} with ttt_steps={ttt_steps}: speculators' "
             f"flex path extends the BlockMask by one {BLOCK}-token block per query block at each TTT step, so it "
             f"fails at TTT step 1 ('block_mask was created for a larger length'); its collator pads every batch to "
-            f"--total-seq-len, so use a multiple of {BLOCK} such as {fit} (e.g. `--total-seq-len {fit}`), or "
+            f"--total-seq-len, so use a multiple of {BLOCK} such as {fit} (`--total-seq-len {fit}`), or "
             f"attn_implementation='sdpa' (`--attn sdpa`).")
 
 
