@@ -11,6 +11,7 @@ import torch
 from speculators.models.eagle3 import Eagle3DraftModel
 
 from eagle3kit.cli import main
+from eagle3kit.doctor.catalogue import CatalogueError, catalogue_row, demonstrate
 from eagle3kit.doctor.checks import check, trainer_findings
 from eagle3kit.doctor.facts import attention_facts
 from eagle3kit.doctor.model_checks import hidden_state_extraction_findings
@@ -79,3 +80,21 @@ def test_vllm_hidden_state_extraction_on_cpu_is_an_error(build):
     assert hidden_state_extraction_findings(extraction, "cuda") == []
     serve = {"method": "eagle3", "model": "draft", "num_speculative_tokens": 3}  # as eagle3kit's serve_command
     assert hidden_state_extraction_findings(serve, "cpu") == []  # serving a draft on vLLM CPU is fine
+
+
+def test_a_row_demonstrated_live_names_the_doctors_finding_and_the_caught_failure(build):
+    unloaded = Eagle3DraftModel(copy.deepcopy(build.config))  # load_verifier_weights() forgotten
+    assert catalogue_row("verifier-weights-nan").check == "weights"
+
+    def fails():
+        raise RuntimeError("block_mask was created for a larger length\nsecond line")
+
+    text = demonstrate("verifier-weights-nan", check(unloaded, device="cpu", loss="eager"), fails)
+    assert "[ERROR] embed_tokens.weight is NaN: verifier weights never loaded" in text
+    assert "running it fails: RuntimeError: block_mask was created for a larger length" in text
+    assert "second line" not in text and "[WARNING]" not in text  # only the row's check (not serving)
+    unloaded.load_verifier_weights()
+    healthy = demonstrate("verifier-weights-nan", check(unloaded, device="cpu", loss="eager"), lambda: "ran")
+    assert "no weights finding" in healthy and "running it: ran" in healthy
+    with pytest.raises(CatalogueError, match="not a row"):
+        catalogue_row("no-such-row")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,12 @@ class CatalogueRow:
     section: str
     id: str
     cells: dict[str, str]  # column name (as in the table header) -> text, the id column excluded
+
+    @property
+    def check(self) -> str | None:
+        """The finding's ``check`` name: the first `code` span of the "eagle3kit reports" cell."""
+        m = re.search(r"`([\w.]+)`", self.cells.get("eagle3kit reports", ""))
+        return m.group(1) if m else None
 
 
 def _cells(line: str) -> list[str]:
@@ -67,3 +74,29 @@ def catalogue_frame(path: str | os.PathLike = CATALOGUE) -> pd.DataFrame:
     rows = catalogue_rows(path)
     return pd.DataFrame([{"section": r.section, "id": r.id, **r.cells} for r in rows],
                         columns=["section", "id", *(rows[0].cells if rows else [])])
+
+
+def catalogue_row(row_id: str, path: str | os.PathLike = CATALOGUE) -> CatalogueRow:
+    """The row ``row_id`` of the catalogue."""
+    rows = {r.id: r for r in catalogue_rows(path)}
+    if row_id not in rows:
+        raise CatalogueError(f"{row_id!r} is not a row of {path}; its ids: {', '.join(rows)}")
+    return rows[row_id]
+
+
+def demonstrate(row_id: str, findings: list, run: Callable[[], object] | None = None) -> str:
+    """A catalogue row shown live: its symptom, the doctor's findings of the row's check among ``findings``, and
+    what ``run`` (the broken artifact at work) did, an exception caught as its first line."""
+    from eagle3kit.doctor.findings import format_findings  # lazy: the table parser needs no torch
+    from eagle3kit.doctor.probe_worker import first_line
+
+    row = catalogue_row(row_id)
+    mine = [f for f in findings if f.check == row.check]
+    lines = [f"{row.id} ({row.section}): {row.cells['symptom']}", "the doctor, before anything runs:",
+             format_findings(mine) if mine else f"  (no {row.check} finding: this artifact is not broken that way)"]
+    if run is not None:
+        try:
+            lines.append(f"running it: {run()}")
+        except Exception as exc:  # the demonstration: the real failure, caught and shown
+            lines.append(f"running it fails: {first_line(exc)}")
+    return "\n".join(lines + [f"fix: {row.cells['fix']}"])
