@@ -71,7 +71,7 @@ def trainer_findings(dry_run: bool = False) -> list[Finding]:
     ``--dry-run`` runs on a CPU."""
     if dry_run or torch.accelerator.is_available():
         return []
-    return [Finding("error", "speculators train needs a GPU: this machine has no accelerator",
+    return [Finding("warning", "speculators train needs a GPU: this machine has no accelerator",
                     "with LOCAL_RANK set (torchrun) its distributed setup fails ('No accelerator found' or a missing "
                     "driver); without it the trainer moves the model to an integer device, which needs an accelerator",
                     "run the torchrun command on a GPU machine; here, check the hand-off with `eagle3kit launch ... "
