@@ -46,14 +46,20 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from speculators.models.eagle3 import Eagle3DraftModel
+
 from eagle3kit.doctor import probe
 from eagle3kit.doctor import seed as story
 from eagle3kit.doctor.attention_checks import SET_ATTN
-from eagle3kit.draft.config import with_attention
+from eagle3kit.device import resolve_device
+from eagle3kit.doctor.catalogue import catalogue_frame, demonstrate
+from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.plots import plot_timings
+from eagle3kit.doctor.probe_worker import make_batch
 from eagle3kit.doctor.verdict import probe_row, recommendations
 from eagle3kit.doctor.verdict import story as settings_table
-from eagle3kit.device import resolve_device
+from eagle3kit.draft.config import with_attention
+from eagle3kit.logs import quiet
 from eagle3kit.runner import record_summary
 
 # %matplotlib inline
@@ -189,3 +195,51 @@ record_summary(workdir, "02", device=device, recommended_training=rec.get(f"{dev
                seed_hf_flex=twist.status, sdpa_vs_eager_dloss=None if sdpa is None else sdpa.max_abs_dloss,
                flex_backward=None if flex_bwd is None else flex_bwd.status,
                hf_flex_forward=None if hf_flex is None else hf_flex.status)
+
+# %% [markdown]
+# ## 8 · The failure catalogue
+#
+# The seed's bug is one row of a catalogue: failures that users of speculators, SpecForge, EAGLE, vLLM and SGLang
+# reported, or that this notebook measures (`docs/failures.md`, read by `eagle3kit.doctor.catalogue`). Each row names
+# the symptom, where it was reported, the finding the doctor gives (its `check`), and the fix; each has a test that
+# builds the broken artifact and asserts the doctor names it.
+
+# %%
+catalogue = catalogue_frame()
+print(f"{len(catalogue)} rows in {catalogue.section.nunique()} sections of docs/failures.md")
+catalogue
+
+# %% [markdown]
+# Two rows broken live, on the draft of this notebook. `verifier-weights-nan`: the draft is built but
+# `load_verifier_weights()` is forgotten, so speculators' NaN placeholders for the verifier's embedding, lm_head and
+# norm stay. `block-size-128`: speculators' flex path on a batch whose length is not a multiple of 128. The doctor
+# reads each artifact without running it; then the artifact runs and what it does is caught and printed.
+
+# %%
+unloaded = Eagle3DraftModel(with_attention(replay.config, "sdpa")).to(device)  # load_verifier_weights() forgotten
+
+
+def unloaded_step() -> str:
+    with torch.no_grad(), quiet():
+        _tokens, loss, _ = unloaded(**replay.batch, ttt_steps=ttt_steps, loss_config=replay.loss_config)
+    return f"a no-grad step gives loss {float(loss):.4g}"
+
+
+print(demonstrate("verifier-weights-nan", check(unloaded, device=device, training=False, loss="eager"),
+                  unloaded_step))
+
+# %%
+odd_len = seq_len + 44
+flex = replay.model("simple_flex_attention")
+tl = replay.config.transformer_layer_config
+odd_batch = make_batch(odd_len, len(replay.build.aux_layer_ids), tl.hidden_size, tl.vocab_size, seed, device)
+
+
+def odd_step() -> str:
+    with torch.no_grad(), quiet():
+        _tokens, loss, _ = flex(**odd_batch, ttt_steps=ttt_steps, loss_config=replay.loss_config)
+    return f"a no-grad step of {odd_len} tokens gives loss {float(loss):.4g}"
+
+
+print(demonstrate("block-size-128", check(flex, device=device, training=False, loss="eager", seq_len=odd_len,
+                                          ttt_steps=ttt_steps), odd_step))

@@ -6,20 +6,11 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
+from eagle3kit.doctor.catalogue import CATALOGUE, CatalogueError, catalogue_frame, catalogue_rows
+
 ROOT = Path(__file__).resolve().parents[1]
-CATALOGUE = ROOT / "docs" / "failures.md"
-ROW = re.compile(r"^\|\s*`?([a-z0-9][a-z0-9-]*)`?\s*\|(.*)\|\s*$")
-
-
-def catalogue_rows() -> dict[str, list[str]]:
-    """Row id -> the row's cells, from the tables of docs/failures.md (header and rule rows skipped)."""
-    rows = {}
-    for line in CATALOGUE.read_text().splitlines():
-        m = ROW.match(line.strip())
-        if m and m.group(1) != "id":
-            assert m.group(1) not in rows, f"row id {m.group(1)!r} appears twice in docs/failures.md"
-            rows[m.group(1)] = [c.strip() for c in m.group(2).split("|")]
-    return rows
 
 
 def _marks(decorators: list[ast.expr]) -> tuple[set[str], bool]:
@@ -49,20 +40,33 @@ def marked_tests() -> dict[str, list[tuple[str, bool]]]:
 
 
 def test_every_catalogue_row_has_a_test_and_every_marked_test_a_row():
-    rows, tests = catalogue_rows(), marked_tests()
+    rows, tests = {r.id: r for r in catalogue_rows()}, marked_tests()
     assert len(rows) >= 20, f"docs/failures.md has {len(rows)} rows; the catalogue promises at least 20"
     assert not (missing := sorted(set(rows) - set(tests))), f"rows without a catalogue-marked test: {missing}"
     assert not (unknown := sorted(set(tests) - set(rows))), f"tests marked with ids that are not rows: {unknown}"
 
 
 def test_gpu_rows_have_cuda_marked_tests():
-    rows, tests = catalogue_rows(), marked_tests()
-    for row_id, cells in rows.items():
-        if cells[-1].upper().startswith("GPU"):
-            assert any(cuda for _, cuda in tests[row_id]), f"GPU row {row_id!r} needs a test marked cuda"
+    tests = marked_tests()
+    for row in catalogue_rows():
+        if row.cells["where"].upper().startswith("GPU"):
+            assert any(cuda for _, cuda in tests[row.id]), f"GPU row {row.id!r} needs a test marked cuda"
 
 
 def test_every_row_cites_a_public_reference_or_the_seed():
-    for row_id, cells in catalogue_rows().items():
-        assert re.search(r"[\w.-]+/[\w.-]+\s*(issue|PR|#)|seed|measured", cells[1]), (
-            f"row {row_id!r} names no public reference (owner/repo issue N or PR N) in its 'reported' cell")
+    for row in catalogue_rows():
+        assert re.search(r"[\w.-]+/[\w.-]+\s*(issue|PR|#)|seed|measured", row.cells["reported"]), (
+            f"row {row.id!r} names no public reference (owner/repo issue N or PR N) in its 'reported' cell")
+
+
+def test_the_parser_reads_sections_and_refuses_a_broken_file(tmp_path):
+    df = catalogue_frame()
+    assert list(df.columns) == ["section", "id", "symptom", "reported", "eagle3kit reports", "fix", "where"]
+    sections = [line[3:] for line in CATALOGUE.read_text().splitlines() if line.startswith("## ")]
+    assert df.id.is_unique and set(df.section) <= set(sections) and df.iloc[0].section == sections[0]
+    with pytest.raises(CatalogueError, match="is not there"):
+        catalogue_rows(tmp_path / "failures.md")
+    twice = tmp_path / "twice.md"
+    twice.write_text("## S\n\n| id | fix |\n|---|---|\n| a | x |\n| `a` | y |\n")
+    with pytest.raises(CatalogueError, match="appears twice"):
+        catalogue_rows(twice)

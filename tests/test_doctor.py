@@ -66,6 +66,7 @@ def test_clean_config_and_model_have_no_errors(build, model):
     loss.backward()
 
 
+@pytest.mark.catalogue("vllm-cpu-head-dim")
 def test_a_head_size_vllms_cpu_build_cannot_serve_is_a_warning(build):
     found = [f for f in check(build.config, device="cpu", loss="eager") if f.check == "serving"]
     assert [(f.severity, f.what) for f in found] == [
@@ -86,6 +87,7 @@ def test_findings_render_as_table_and_text(build):
     assert "[ERROR]" in format_findings(findings) and "fix:" in format_findings(findings)
 
 
+@pytest.mark.catalogue("attn-unset")
 def test_unset_attention_warns_and_resolves_to_simple_flex(build):
     config = copy.deepcopy(build.config)
     config.transformer_layer_config._attn_implementation = None
@@ -93,6 +95,7 @@ def test_unset_attention_warns_and_resolves_to_simple_flex(build):
     assert "attn_unset" in _checks(findings, "warning")
     assert config.transformer_layer_config._attn_implementation is None  # the doctor did not mutate it
     assert Eagle3DraftModel(copy.deepcopy(config))._attn_impl == "simple_flex_attention"
+    assert "attn_unset" not in _checks(check(build.config, device="cpu", loss="eager"), "warning")  # set: silent
 
 
 def test_unknown_attention_is_an_error(build):
@@ -110,15 +113,18 @@ def test_seed_bug_blockmask_into_sdpa_is_found_and_really_fails(build):
         m(**_batch(build), ttt_steps=1, loss_config=EAGER)
 
 
+@pytest.mark.catalogue("hf-flex-on-speculators-09")
 def test_reverse_bug_dense_mask_into_hf_flex_is_found(build):
     config = copy.deepcopy(build.config)
     config.transformer_layer_config._attn_implementation = "flex_attention"
     facts = attention_facts(config)
     assert facts["mask"] == "bool dense" and facts["backend"] == "flex_attention"
     assert "mask_mismatch" in _checks(check(config, device="cpu", training=False, loss="eager"))
+    assert "mask_mismatch" not in _checks(check(build.config, device="cpu", training=False, loss="eager"))
     # running it crashes the process on CPU: tests/test_probe.py shows that through the subprocess probe
 
 
+@pytest.mark.catalogue("flex-backward-cpu")
 def test_flex_backward_on_cpu_is_found_and_really_fails(build):
     m = _model_with(build, "simple_flex_attention")
     assert "flex_backward_cpu" in _checks(check(m, device="cpu", training=True, loss="eager"))
@@ -128,6 +134,7 @@ def test_flex_backward_on_cpu_is_found_and_really_fails(build):
         loss.backward()
 
 
+@pytest.mark.catalogue("block-size-128")
 def test_blockmask_length_not_multiple_of_128_is_found_and_really_fails(build):
     m = _model_with(build, "simple_flex_attention")
     bad, good = _batch(build, 130), _batch(build, 128)
@@ -141,6 +148,7 @@ def test_blockmask_length_not_multiple_of_128_is_found_and_really_fails(build):
             m(**bad, ttt_steps=2, loss_config=EAGER)
 
 
+@pytest.mark.catalogue("fused-loss-cpu")
 @CPU_ONLY
 def test_fused_loss_without_cuda_is_found_and_really_fails(build, model):
     for loss in (None, "fused", resolve_loss_config("kl_div", "fused")):
@@ -150,11 +158,13 @@ def test_fused_loss_without_cuda_is_found_and_really_fails(build, model):
         model(**_batch(build), ttt_steps=1)  # loss_config=None: speculators' fused Triton default
 
 
-def test_verifier_weights_never_loaded(build):
+@pytest.mark.catalogue("verifier-weights-nan")
+def test_verifier_weights_never_loaded(build, model):
     m = Eagle3DraftModel(copy.deepcopy(build.config))  # no load_verifier_weights()
     findings = check(m, device="cpu", loss="eager")
     assert any(f.check == "weights" and "embed_tokens" in f.what for f in findings if f.severity == "error")
     assert "model.load_verifier_weights()" in {f.fix for f in findings}
+    assert not [f for f in check(model, device="cpu", loss="eager") if f.check == "weights"]  # loaded: silent
 
 
 def test_hidden_size_and_aux_ids_against_the_verifier(build):

@@ -166,6 +166,8 @@ def launch_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     """write the speculators TrainConfig YAML + torchrun command (and dry-run it)"""
+    from eagle3kit.doctor.checks import trainer_findings
+    from eagle3kit.doctor.findings import format_findings
     from eagle3kit.draft.config import DraftSpec, build_config  # lazy: torch + speculators take seconds to import
     from eagle3kit.tables import format_table
     from eagle3kit.train import launch
@@ -180,6 +182,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     print(plan.yaml)
     print(format_table(launch.explain_plan(plan)))
     print(f"\nRun it on {args.gpus} GPU(s):\n  {plan.command}")
+    if not args.dry_run and (found := trainer_findings()):  # this machine cannot run it: say so before a user tries
+        print("\n" + format_findings(found))
     if args.dry_run:
         table = launch.round_trip(build, plan, plan.yaml_path.parent / "dry_run")
         bad = table[~table["equal"]]

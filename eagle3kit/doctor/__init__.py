@@ -1,7 +1,7 @@
 """Stage 02 — the doctor: each integration mistake, why, and its fix; the crash-isolated probe (notebook 02).
 
-``checks``            ``check(subject)`` -> findings (every check guarded); ``check_data_dir``
-``attention_checks``  mask kind vs backend, flex on CPU, BlockMask length, fused loss; ``SET_ATTN``, ``CONSUMES``
+``checks``            ``check(subject)`` -> findings (every check guarded); ``check_data_dir``; ``trainer_findings``
+``attention_checks``  mask vs backend, flex on CPU, BlockMask length and memory, fused loss; ``SET_ATTN``, ``CONSUMES``
 ``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch, vLLM head sizes
 ``findings``          :class:`Finding` and its table / terminal renderings
 ``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
@@ -10,4 +10,5 @@
 ``seed``              the seed failure replayed step by step, the doctor's prediction beside each (notebook 02)
 ``verdict``           what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, the ``story`` table
 ``plots``             ``plot_timings(matrix)`` -> Figure
+``catalogue``         docs/failures.md, the failure catalogue: ``catalogue_rows``, ``catalogue_frame``, ``demonstrate``
 """

@@ -78,7 +78,28 @@ def attention_findings(facts: dict, device: str, training: bool, seq_len: int | 
                                SET_ATTN.format(impl="sdpa"), "flex_cpu_forward"))
     if mask == "BlockMask" and ttt_steps > 1:
         out += block_size_findings(seq_len, ttt_steps)
+    if mask == "BlockMask" and cpu:
+        out += blockmask_memory_findings(seq_len, device)
     return out
+
+
+# create_block_mask uncompiled evaluates the whole Q x KV grid: 10 GB RSS (26.8 s) at 32,768 tokens on a 2-core CPU,
+# i.e. about 10 bytes per query-key pair (measured; docs/failures.md row blockmask-cpu-memory).
+GRID_BYTES_PER_PAIR = 10
+GRID_WARN_BYTES = 2**30
+
+
+def blockmask_memory_findings(seq_len: int | None, device: str) -> list[Finding]:
+    """Without CUDA speculators builds the BlockMask uncompiled (its forward is compiled only on CUDA), which
+    costs memory and time quadratic in total_seq_len."""
+    if seq_len is None or seq_len * seq_len * GRID_BYTES_PER_PAIR <= GRID_WARN_BYTES:
+        return []
+    gb = seq_len * seq_len * GRID_BYTES_PER_PAIR / 1e9
+    return [Finding("warning", f"building the BlockMask for total_seq_len {seq_len} on {device} needs ~{gb:.0f} GB",
+                    f"without CUDA speculators calls create_block_mask uncompiled, which evaluates the whole "
+                    f"{seq_len} x {seq_len} query-key grid (~{GRID_BYTES_PER_PAIR} bytes a pair; tens of seconds "
+                    "per batch at 32k tokens)", SET_ATTN.format(impl="sdpa") + "  # or a shorter total_seq_len",
+                    "blockmask_memory")]
 
 
 def block_size_findings(seq_len: int | None, ttt_steps: int) -> list[Finding]:

@@ -67,6 +67,18 @@ def check(subject, batch: dict | None = None, device: str = "auto", training: bo
     return findings
 
 
+def trainer_findings(dry_run: bool = False) -> list[Finding]:
+    """``speculators train`` needs an accelerator (its distributed setup and device placement assume one); only its
+    ``--dry-run`` runs on a CPU."""
+    if dry_run or torch.accelerator.is_available():
+        return []
+    return [Finding("warning", "speculators train needs a GPU: this machine has no accelerator",
+                    "with LOCAL_RANK set (torchrun) its distributed setup fails ('No accelerator found' or a missing "
+                    "driver); without it the trainer moves the model to an integer device, which needs an accelerator",
+                    "run the torchrun command on a GPU machine; here, check the hand-off with `eagle3kit launch ... "
+                    "--dry-run` (or train on CPU with `eagle3kit train`)", "trainer")]
+
+
 def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]:
     """Check a training-data directory: every hidden-state file (one finding per bad file, with the command that
     remakes it), then the last-hidden-state convention with :func:`eagle3kit.data.targets.verify_targets`.

@@ -123,6 +123,18 @@ def serving_findings(s: DoctorSubject) -> list[Finding]:
             for dim, who in owners.items()]
 
 
+def hidden_state_extraction_findings(speculative_config: dict, device: str = "cpu") -> list[Finding]:
+    """speculators' offline hidden-state pipeline (vLLM ``method: extract_hidden_states`` with its hidden-state
+    connector) on a vLLM without CUDA: the engine starts, then every write fails."""
+    if speculative_config.get("method") != "extract_hidden_states" or device.startswith("cuda"):
+        return []
+    return [Finding("error", f"vLLM's extract_hidden_states cannot write hidden states on {device}",
+                    "its hidden-state connector uses torch.cuda streams and pin_memory=True, so the engine starts "
+                    "and each request fails ('pin_memory=True requires a CUDA or other accelerator backend')",
+                    "extract hidden states with the HF verifier on CPU (eagle3kit data --out DIR --verifier NAME), "
+                    "or run speculators' vLLM pipeline on a GPU", "hidden_state_extraction")]
+
+
 def batch_findings(s: DoctorSubject, batch: dict, device: str) -> list[Finding]:
     """A packed batch against the draft: keys, shapes, dtypes, token ids and device."""
     tl, out = s.config.transformer_layer_config, []
