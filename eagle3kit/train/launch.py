@@ -31,6 +31,7 @@ from eagle3kit.draft.config import DraftBuild
 from eagle3kit.errors import UserError
 from eagle3kit.draft.model import build_for_data, save_draft
 from eagle3kit.masks.eagle_mask import BLOCK
+from eagle3kit.plan.fit import warn_if_not_fitting
 from eagle3kit.train.loop import optimizer_args
 
 # Why eagle3kit writes a value that differs from the speculators CLI default (the explanation table shows them).
@@ -123,10 +124,12 @@ def validate_yaml(path: str | os.PathLike):
 
 
 def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir: str | os.PathLike,
-               n_gpus: int = 8, fsdp: bool = False, **options: Any) -> LaunchPlan:
+               n_gpus: int = 8, fsdp: bool = False, gpu: str | None = None, **options: Any) -> LaunchPlan:
     """Write ``out_dir/run.yaml`` (atomically), validate it with speculators' ``TrainConfig``, return the plan.
 
-    ``options`` go to :func:`flat_config` (attention, dtype, loss implementation, workers, verifier path).
+    ``options`` go to :func:`flat_config` (attention, dtype, loss implementation, workers, verifier path). Before
+    anything is written, a run that will not fit a ``gpu`` (a name of :data:`eagle3kit.plan.gpus.GPUS`; default an
+    H100-80GB) or the disk under ``out_dir`` is warned about (:mod:`eagle3kit.plan.fit`).
     """
     if n_gpus < 1:
         raise UserError(f"n_gpus={n_gpus}: use 1 or more GPUs (e.g. `--gpus 8`).")
@@ -137,6 +140,8 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
             f"would fail at TTT step 1 on the GPUs; use a multiple of {BLOCK} (e.g. `--total-seq-len "
             f"{-(-settings.total_seq_len // BLOCK) * BLOCK}`) or attn_implementation='sdpa' (`--attn sdpa`)."
         )
+    warn_if_not_fitting(build, settings.total_seq_len, options.get("loss_implementation", "fused"), settings.optimizer,
+                        settings.epochs, out_dir, n_gpus=n_gpus, fsdp=fsdp, gpu=gpu, attention=attn)
     out = Path(out_dir)
     flat = flat_config(build, settings, data_dir, out / "checkpoints", **options)
     if getattr(settings, "warm_start_layer", None) is not None:  # speculators starts from these weights
