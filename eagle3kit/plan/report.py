@@ -102,6 +102,11 @@ class Plan:
                        f"{self.step.total_seq_len}, more than the {_bytes(self.capacity)} usable on a {self.gpu.name}; "
                        f"use total_seq_len <= {self.largest_seq_len}"
                        + (" or the fused loss" if self.step.loss_implementation == "eager" else ""))
+        holders = math.ceil(self.verifier_weights / self.capacity)
+        if holders > self.n_gpus:
+            out.append(f"the verifier's bf16 weights ({_bytes(self.verifier_weights)}) need {holders} {self.gpu.name} "
+                       f"GPUs for data generation, more than the {self.n_gpus} planned; plan more GPUs or a quantized "
+                       "checkpoint")
         if free_disk is not None and self.disk.total > free_disk:
             out.append(f"the hidden states need {_bytes(self.disk.total)} on disk but {_bytes(free_disk)} are free; "
                        "make room, store fewer samples, or generate them on demand")
