@@ -57,6 +57,14 @@ def test_eager_loss_lowers_the_longest_sequence():
     assert eager.memory_total > fused.memory_total
 
 
+def test_problems_fire_on_an_oversized_plan_and_stay_silent_on_a_fitting_one():
+    assert plan_run("llama-3.1-8b", samples=1000).problems(free_disk=1e15) == []
+    big = plan_run("kimi-k2.5", samples=50000, total_seq_len=131072, loss_implementation="eager", gpu="A100-40GB")
+    problems = big.problems(free_disk=1e9)
+    assert len(problems) == 3  # GPU memory, the verifier's weights, the disk
+    assert "total_seq_len <=" in problems[0] and "verifier" in problems[1] and "disk" in problems[2]
+
+
 def test_plan_mistakes_are_one_sentence():
     with pytest.raises(UserError, match="Unknown GPU"):
         resolve_gpu("H1000")

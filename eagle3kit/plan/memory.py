@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from eagle3kit.masks.eagle_mask import BLOCK
 from eagle3kit.plan.shapes import DraftShape
 
 FP32 = 4
@@ -129,7 +130,7 @@ def total_bytes(d: DraftShape, s: StepSettings) -> float:
     return sum(memory_parts(d, s).values())
 
 
-def largest_fitting_seq_len(d: DraftShape, s: StepSettings, capacity: float, multiple: int = 128) -> int:
+def largest_fitting_seq_len(d: DraftShape, s: StepSettings, capacity: float, multiple: int = BLOCK) -> int:
     """The largest ``total_seq_len`` (a multiple of ``multiple``, flex's block) whose step fits in ``capacity``
     bytes; 0 when not even one block fits."""
     def fits(n: int) -> bool:
