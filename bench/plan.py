@@ -8,8 +8,9 @@ it is within the tolerance (disk 1%, memory and published points 15%):
                     the assumed tokens per conversation, once for information at ShareGPT V3's, counted here with
                     SmolLM2's tokenizer and EAGLE's 2048-token cut)
   disk              bytes `build_dataset` wrote for the tiny verifier (float32 and bfloat16)
-  memory            one real CPU training step (tiny verifier, draft vocab 512, sdpa, eager loss, AdamW) at each
-                    size, torch.profiler peak + weights/gradients/moments/batch; speculators' eager loss alone
+  memory            one real CPU training step (tiny verifier, draft vocab 512 or the whole 49152, sdpa, eager loss,
+                    AdamW) at each size, torch.profiler peak + weights/gradients/moments/batch; speculators' eager
+                    loss alone
 """
 
 from __future__ import annotations
@@ -83,19 +84,19 @@ def disk_rows(work: Path) -> list[dict]:
     return rows
 
 
-def memory_rows(work: Path, sizes: list[int]) -> list[dict]:
+def memory_rows(work: Path, sizes: list[int], full_vocab_sizes: list[int]) -> list[dict]:
     data = work / "data-float32"
-    build = build_config(verifier="tiny", draft_vocab_size=512, device="cpu")
-    d = draft_shape(build)
     rows = []
-    for t in sizes:
+    for t, vocab in [(t, 512) for t in sizes] + [(t, None) for t in full_vocab_sizes]:
+        build = build_config(verifier="tiny", draft_vocab_size=vocab, device="cpu")
         m = measure_training_step(build, data, t)
-        parts = memory_parts(d, StepSettings(total_seq_len=t, loss_implementation="eager", attention="sdpa",
-                                             precision=CPU_FP32))
+        parts = memory_parts(draft_shape(build), StepSettings(total_seq_len=t, loss_implementation="eager",
+                                                              attention="sdpa", precision=CPU_FP32))
         step = parts["activations (all TTT steps)"] + parts["logits + loss (eager)"]
-        rows.append(row("memory", f"CPU step T={t}: peak added by the step", m.step_peak, step, 0.15,
+        name = f"CPU step T={t}, draft vocab {build.config.draft_vocab_size}"
+        rows.append(row("memory", f"{name}: peak added by the step", m.step_peak, step, 0.15,
                         "activations + logits/loss"))
-        rows.append(row("memory", f"CPU step T={t}: total", m.total, sum(parts.values()), 0.15,
+        rows.append(row("memory", f"{name}: total", m.total, sum(parts.values()), 0.15,
                         "+ weights, gradients, AdamW moments, batch"))
     for tokens, vocab in ((512, 8192), (1024, 16384)):
         rows.append(row("memory", f"eager kl_div alone {tokens} x {vocab} fp32", measure_loss_peak(tokens, vocab),
@@ -106,12 +107,15 @@ def memory_rows(work: Path, sizes: list[int]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[256, 512, 1024], help="total_seq_len of measured steps")
+    p.add_argument("--full-vocab-sizes", type=int, nargs="*", default=[512],
+                   help="total_seq_len of measured steps with the whole 49152 vocab (the loss dominates)")
     p.add_argument("--eagle-conversations", type=int, default=300, help="ShareGPT conversations to count (0: skip)")
     p.add_argument("--out", default=None, help="also write the rows as CSV here")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory() as tmp:
-        rows = published_rows(args.eagle_conversations) + disk_rows(Path(tmp)) + memory_rows(Path(tmp), args.sizes)
+        rows = published_rows(args.eagle_conversations) + disk_rows(Path(tmp)) + memory_rows(Path(tmp), args.sizes,
+                                                                                       args.full_vocab_sizes)
     table = pd.DataFrame(rows)
     print(format_table(table))
     if args.out:
