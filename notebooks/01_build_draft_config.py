@@ -50,6 +50,8 @@ num_layers = 1
 draft_arch = "llama"      # "llama" | "qwen3"
 ttt_steps = 3
 forward_tokens = 128
+plan_samples = 50000      # the GPU run planned below: samples of training data
+plan_gpu = "H100-80GB"    # a name of eagle3kit.plan.GPUS
 seed = 0
 workdir = "../runs/interactive/work"
 
@@ -135,6 +137,29 @@ kimi = dc.build_config(verifier="kimi-k2.5", ttt_steps=ttt_steps)
 kimi_draft = build_model(kimi)
 display(report.explain(kimi, kimi_draft))
 report.memory_footprint(kimi_draft, torch.bfloat16)
+
+# %% [markdown]
+# ## The cost of the real run: disk, GPU memory, time
+#
+# The CPU run is a rehearsal; the run that matters stores the real verifier's hidden states and trains on GPUs.
+# `eagle3kit.plan` works out what that costs for the three presets (the same as `eagle3kit plan --verifier ...`):
+# the hidden states on disk, the GPU memory of one training rank part by part (the loss over the draft vocabulary,
+# eager or fused, is the part that grows fastest), the longest packed sequence that fits, and the hours. `kind` says
+# how each number was obtained; the formulas are checked against a measured CPU step, the bytes `eagle3kit data`
+# writes and published figures (`bench/plan.py`).
+
+# %%
+from eagle3kit.plan import plan_figure, plan_run
+
+plans = [plan_run(name, samples=plan_samples, gpu=plan_gpu) for name in ("llama-3.1-8b", "qwen3-8b", "kimi-k2.5")]
+summary = pd.DataFrame({p.verifier: p.table().set_index("item")["value"] for p in plans})
+summary.insert(0, "kind", plans[0].table().set_index("item")["kind"])
+display(summary)
+print("\n".join(["Commands for the Llama-3.1-8B run:", *plans[0].commands]))
+print("\n".join(["Assumptions:", *plans[0].assumptions]))
+
+# %%
+plan_figure(plans)
 
 # %% [markdown]
 # ## One forward pass on random hidden states

@@ -10,6 +10,8 @@ The layering, lowest first; a module may import its own layer and the layers bel
 5. ``data``: conversations, hidden states and vocab mappings on disk; builds drafts for a data directory, draws
    packed batches with the masks' views.
 6. ``evaluate``: τ, decoding and export of a draft on prompts from data (``evaluate.vllm``: vLLM by subprocess).
+6b. ``plan``: the GPU run's cost from the verifier and draft shapes (and a data directory's token counts);
+   ``train.launch`` checks a run fits with it.
 7. ``train``: the session and loop over data; the overfit check decodes with ``evaluate``.
 8. ``doctor``: checks any of the above (draft configs, masks, data directories, exports for vLLM).
 9. ``presets``, ``runner``: the notebooks' settings (train's settings) and running them.
@@ -32,6 +34,7 @@ LAYERS: list[set[str]] = [
     {"masks"},
     {"data"},
     {"evaluate"},
+    {"plan"},
     {"train"},
     {"doctor"},
     {"presets", "runner"},

@@ -160,6 +160,7 @@ def launch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (--fsdp-shard)")
     p.add_argument("--cluster-verifier", default=None, help="verifier path/hub id as the cluster sees it")
+    p.add_argument("--gpu", default=None, help="the GPU to check the run fits (H100-80GB, H200, A100-80GB, ...)")
     p.add_argument("--dry-run", action="store_true",
                    help="run `speculators train --dry-run` here and compare its config.json with eagle3kit's")
 
@@ -177,7 +178,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     build = build_config(spec)
     settings = TrainSettings(**given(args, TrainSettings)).resolved("cuda")
     attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}
-    plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp,
+    plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp, gpu=args.gpu,
                              verifier=args.cluster_verifier, **attn)
     print(plan.yaml)
     print(format_table(launch.explain_plan(plan)))
@@ -221,3 +222,32 @@ def cmd_overfit(args: argparse.Namespace) -> int:
     print(textwrap.fill(result.message, terminal_width()))
     print(f"\ndata directory: {result.data_dir} ({result.seconds:.0f}s)")
     return 0 if result.passed else 1
+
+
+# ----------------------------------------------------------------------------------------------- plan
+def plan_options(p: argparse.ArgumentParser) -> None:
+    from eagle3kit.plan.report import plan_run  # lazy: torch + speculators take seconds to import
+
+    signature_options(p, plan_run, {
+        "verifier": "a preset (llama-3.1-8b, qwen3-8b, kimi-k2.5), smollm2, tiny or an HF directory",
+        "samples": "training samples (conversations)", "tokens_per_sample": "mean tokens per sample (default: 1024)",
+        "data": "a data directory made by `eagle3kit data`: its mean tokens per sample",
+        "draft_vocab_size": "draft vocabulary (none: the verifier's)", "ttt_steps": "TTT steps",
+        "num_layers": "draft decoder layers", "total_seq_len": "packed tokens per rank and step",
+        "loss_implementation": "fused | eager", "optimizer": "adamw | muon",
+        "attention": "simple_flex_attention | sdpa", "gpu": "H100-80GB | H200 | A100-80GB | A100-40GB | L40S | ...",
+        "gpus": "GPUs of the run", "fsdp": "shard weights, gradients and optimizer state", "epochs": "epochs",
+        "data_utilisation": "fraction of dense bf16 peak in data generation",
+        "train_utilisation": "fraction of dense bf16 peak in training"})
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """disk, GPU memory per rank and time of the GPU run, each number labelled measured/derived/assumed"""
+    from eagle3kit.plan.report import plan_run  # lazy: torch + speculators take seconds to import
+    from eagle3kit.tables import format_table
+
+    plan = plan_run(**given_params(args, plan_run))
+    print(format_table(plan.table()))
+    print("\nCommands for this run:\n  " + "\n  ".join(plan.commands))
+    print("\nAssumptions:\n  - " + "\n  - ".join(plan.assumptions))
+    return 0 if plan.fits else 1

@@ -7,5 +7,6 @@
 ``plots``       training curves per TTT step, the next batch
 ``stepper``     the Step / Run N / Stop widget
 ``overfit``     train on one conversation, then decode it with the draft
+``measure``     measured CPU peaks (a training step, the loss alone): what ``eagle3kit.plan`` is checked against
 ``launch``      speculators ``TrainConfig`` YAML + the torchrun / FSDP command, and its dry run
 """

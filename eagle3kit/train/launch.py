@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ from eagle3kit.errors import UserError
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.draft.model import save_draft
 from eagle3kit.masks.eagle_mask import check_block_size
+from eagle3kit.plan.commands import torchrun_command
+from eagle3kit.plan.fit import warn_if_not_fitting
 from eagle3kit.train.loop import optimizer_args
 
 # Why eagle3kit writes a value that differs from the speculators CLI default (the explanation table shows them).
@@ -124,16 +125,20 @@ def validate_yaml(path: str | os.PathLike):
 
 
 def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir: str | os.PathLike,
-               n_gpus: int = 8, fsdp: bool = False, **options: Any) -> LaunchPlan:
+               n_gpus: int = 8, fsdp: bool = False, gpu: str | None = None, **options: Any) -> LaunchPlan:
     """Write ``out_dir/run.yaml`` (atomically), validate it with speculators' ``TrainConfig``, return the plan.
 
-    ``options`` go to :func:`flat_config` (attention, dtype, loss implementation, workers, verifier path).
+    ``options`` go to :func:`flat_config` (attention, dtype, loss implementation, workers, verifier path). Before
+    anything is written, a run that will not fit a ``gpu`` (a name of :data:`eagle3kit.plan.gpus.GPUS`; default an
+    H100-80GB) or the disk under ``out_dir`` is warned about (:mod:`eagle3kit.plan.fit`).
     """
     if n_gpus < 1:
         raise UserError(f"n_gpus={n_gpus}: use 1 or more GPUs (e.g. `--gpus 8`).")
     attn = options.get("attn_implementation", "simple_flex_attention")
     if attn == "simple_flex_attention":
         check_block_size(settings.total_seq_len, draft_ttt_steps(build.config))
+    warn_if_not_fitting(build, settings.total_seq_len, options.get("loss_implementation", "fused"), settings.optimizer,
+                        settings.epochs, out_dir, n_gpus=n_gpus, fsdp=fsdp, gpu=gpu, attention=attn)
     out = Path(out_dir)
     flat = flat_config(build, settings, data_dir, out / "checkpoints", **options)
     if getattr(settings, "warm_start_layer", None) is not None:  # speculators starts from these weights
@@ -145,15 +150,6 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     path = out / "run.yaml"
     write_text(path, yaml.safe_dump({"train": nest_flat(flat)}, sort_keys=False, default_flow_style=False))
     return LaunchPlan(validate_yaml(path), path, n_gpus, fsdp)
-
-
-def torchrun_command(yaml_path: str | os.PathLike, n_gpus: int = 8, fsdp: bool = False) -> str:
-    """The command that runs the YAML on ``n_gpus`` GPUs of one node with speculators' distributed trainer."""
-    parts = ["torchrun", "--standalone", f"--nproc_per_node={n_gpus}", "-m", "speculators.train",
-             "--config", str(yaml_path)]
-    if fsdp:
-        parts.append("--fsdp-shard")  # FSDP2 parameter sharding (needs torchrun)
-    return shlex.join(parts)
 
 
 def explain_plan(plan: LaunchPlan) -> pd.DataFrame:

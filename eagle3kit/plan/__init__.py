@@ -1,0 +1,20 @@
+"""Plan the GPU run from the CPU rehearsal: disk, GPU memory per rank and time for the real verifier.
+
+``report``     :func:`plan_run` -> :class:`Plan` (``.table()``, ``.commands``, ``.assumptions``, ``.problems()``)
+``figure``     :func:`plan_figure`: memory per rank by part, eager vs fused, and disk
+``published``  :func:`published_checks`: speculators' 268 MB/sample, PR 951's loss peaks, EAGLE issue 30's 740 GB
+``commands``   the torchrun command for a run's YAML (``eagle3kit launch`` writes it too)
+``fit``        the check ``eagle3kit launch`` runs before writing anything
+``disk``       hidden-state and checkpoint bytes
+``memory``     GPU memory per rank by part, the longest sequence that fits
+``timing``     data generation and training time at a stated utilisation
+``gpus``       named GPUs (memory, bf16 throughput)
+``shapes``     the verifier's and draft's shapes, counted from the real objects
+"""
+
+from eagle3kit.plan.figure import plan_figure
+from eagle3kit.plan.gpus import GPUS
+from eagle3kit.plan.published import published_checks
+from eagle3kit.plan.report import Plan, plan_run
+
+__all__ = ["GPUS", "Plan", "plan_figure", "plan_run", "published_checks"]
