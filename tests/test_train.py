@@ -218,6 +218,15 @@ def test_spec_from_saved_config_rebuilds_the_same_draft(tmp_path):
     assert (tmp_path / "again" / "config.json").read_text() == (tmp_path / "cfg" / "config.json").read_text()
 
 
+def test_a_saved_draft_config_trains_with_the_data_vocab(tiny_data, tmp_path):
+    """Notebook 05's one call: a Path to notebook 01's config folder gives its shape and the data's draft vocab."""
+    save_config(build_config(verifier="tiny", device="cpu", num_layers=2, ttt_steps=2), tmp_path / "cfg")
+    s = TrainSession(tiny_data, tmp_path / "cfg", progress=False, total_seq_len=SEQ)
+    assert s.build.spec == spec_from_saved(tmp_path / "cfg", draft_vocab_size=VOCAB)
+    assert (s.build.spec.num_layers, s.ttt_steps, s.build.config.draft_vocab_size) == (2, 2, VOCAB)
+    assert math.isfinite(s.step()["loss"])
+
+
 def test_cli_train_save_and_resume(tiny_data, tmp_path, capsys):
     ck = tmp_path / "ck"
     assert main(["train", "--data", str(tiny_data), "--total-seq-len", str(SEQ), "--steps", "1", "--device", "cpu",
