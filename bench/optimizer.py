@@ -21,7 +21,7 @@ from speculators.train.utils import normalize_counted_metrics
 
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.loader import make_loader
-from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
+from eagle3kit.data.directory import DataDir
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.logs import quiet
 from eagle3kit.train.session import TrainSession
@@ -71,8 +71,9 @@ def main() -> None:
     if not args.data:  # a given data directory is used as it is (e.g. notebook 04's: the demo's own data)
         build_dataset(args.verifier, data, n_conversations=args.conversations, seq_length=args.total_seq_len,
                       held_out=2, draft_vocab_size=args.draft_vocab_size, dtype="float32", progress=False)
-    spec = DraftSpec(verifier=data_verifier(data), draft_vocab_size=data_draft_vocab_size(data), device="cpu",
-                     ttt_steps=args.ttt_steps)
+    data = DataDir.open(data)
+    spec = DraftSpec(verifier=data.require_manifest().verifier.ref, draft_vocab_size=data.draft_vocab_size,
+                     device="cpu", ttt_steps=args.ttt_steps)
     warm = None if args.warm_start_layer == -2 else args.warm_start_layer
     sessions = {name: TrainSession(data, spec, progress=False, total_seq_len=args.total_seq_len, lr=args.lr,
                                    max_steps=args.steps, warm_start_layer=warm, optimizer=name,

@@ -18,7 +18,7 @@ import torch
 from datasets import load_from_disk
 
 from eagle3kit.data.loader import held_out_prompts
-from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
+from eagle3kit.data.directory import DataDir
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.train.session import TrainSession
@@ -43,12 +43,13 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=2e-3)
     args = ap.parse_args()
     torch.set_num_threads(2)
-    verifier = data_verifier(args.data)
+    data = DataDir.open(args.data)
+    verifier = data.require_manifest().verifier.ref
     model, tok = load_model(verifier), load_tokenizer(verifier)
     prompts = unseen_prompts(args.data, tok, args.prompts)
     conts = ev.continuations(model, prompts, args.new, tok.eos_token_id, progress=False)
-    spec = DraftSpec(verifier=verifier, draft_vocab_size=data_draft_vocab_size(args.data))
-    arms = {name: TrainSession(args.data, spec, lr=args.lr, total_seq_len=1024, max_steps=args.steps,
+    spec = DraftSpec(verifier=verifier, draft_vocab_size=data.draft_vocab_size)
+    arms = {name: TrainSession(data, spec, lr=args.lr, total_seq_len=1024, max_steps=args.steps,
                                warm_start_layer=layer, progress=False)
             for name, layer in (("random init", None), (f"warm start (layer {args.layer})", args.layer))}
     seconds = dict.fromkeys(arms, 0.0)

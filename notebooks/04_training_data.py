@@ -51,7 +51,7 @@ from IPython.display import display
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.loader import held_out_conversations, make_loader
-from eagle3kit.data.manifest import DataError, files_table
+from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.data.targets import verify_targets
 from eagle3kit.data import plots as data_plots
 from eagle3kit.data.loss_mask_plot import plot_loss_mask
@@ -107,7 +107,7 @@ pd.Series(info.to_dict()).to_frame("value")
 
 # %%
 print("files in", data_dir)
-display(files_table(data_dir))
+display(DataDir(data_dir).files_table())
 again = build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
                       draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
                       source=source, progress=False)

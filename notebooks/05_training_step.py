@@ -54,10 +54,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from eagle3kit.data.directory import DataDir
 from eagle3kit.data.loader import find_or_build_data
-from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
 from eagle3kit.data.plots import plot_batch
-from eagle3kit.draft.config import DraftSpec, spec_from_saved
+from eagle3kit.draft.config import DraftSpec
 from eagle3kit.logs import quiet
 from eagle3kit.runner import record_summary
 from eagle3kit.train import launch
@@ -82,21 +82,19 @@ workdir.mkdir(parents=True, exist_ok=True)
 # %%
 t0 = time.perf_counter()
 if data_dir:
-    data_path = Path(data_dir)
+    data_path = DataDir(data_dir)
 else:
     data_path = find_or_build_data(workdir, verifier, rebuild=rebuild_data, n_conversations=n_conversations,
                                    seq_length=seq_length, draft_vocab_size=draft_vocab_size or None, seed=seed,
                                    held_out=2)
-vocab = data_draft_vocab_size(data_path)
 config_01 = workdir / "draft_config"
-if use_notebook_01 and (config_01 / "config.json").exists():
-    spec = spec_from_saved(config_01, draft_vocab_size=vocab)
-    print("draft shape from notebook 01:", config_01)
-else:
-    spec = DraftSpec(verifier=data_verifier(data_path), draft_vocab_size=vocab)
-session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed, max_steps=max_steps or None,
-                       hidden_states_dtype=hidden_states_dtype, warm_start_layer=warm_start_layer)
+from_01 = use_notebook_01 and (config_01 / "config.json").exists()
+session = TrainSession(data_path, config_01 if from_01 else None, lr=lr, total_seq_len=total_seq_len, seed=seed,
+                       max_steps=max_steps or None, hidden_states_dtype=hidden_states_dtype,
+                       warm_start_layer=warm_start_layer)
 b = session.build
+if from_01:
+    print("draft shape from notebook 01:", config_01)
 print(f"data: {data_path} ({len(session.batches.dataset)} training samples, {len(session.batches)} packed batches "
       f"of {total_seq_len} tokens per epoch)")
 print(f"draft: {b.spec.num_layers} layer(s), aux layers {b.aux_layer_ids}, draft vocab {b.config.draft_vocab_size}, "
@@ -170,7 +168,7 @@ print(f"next step after resume: loss {match.resumed_loss:.6f} vs {match.loss:.6f
 
 # %%
 try:
-    TrainSession(data_path, spec, lr=lr / 2, total_seq_len=total_seq_len, seed=seed, progress=False).load(checkpoint)
+    TrainSession(data_path, b.spec, lr=lr / 2, total_seq_len=total_seq_len, seed=seed, progress=False).load(checkpoint)
 except CheckpointError as exc:
     print("refused:", exc)
 with torch.no_grad():
@@ -247,7 +245,7 @@ else:
 if not torch.cuda.is_available():
     print("skipped: no CUDA")
 else:
-    gpu = TrainSession(data_path, DraftSpec(**{**spec.__dict__, "device": "cuda"}), lr=lr,
+    gpu = TrainSession(data_path, DraftSpec(**{**b.spec.__dict__, "device": "cuda"}), lr=lr,
                        total_seq_len=total_seq_len, seed=seed, progress=False)
     for _ in range(3):
         r = gpu.step()

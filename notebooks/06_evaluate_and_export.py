@@ -62,8 +62,6 @@ import pandas as pd
 import torch
 
 from eagle3kit.data.loader import find_or_build_data, held_out_conversations
-from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
-from eagle3kit.draft.config import DraftSpec
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.draft.model import save_draft
 from eagle3kit.evaluate import acceptance as ev
@@ -99,8 +97,7 @@ if resume_from_05 and (checkpoint_05 / "session.json").exists():
 else:
     data_path = find_or_build_data(workdir, verifier, n_conversations=n_conversations, seq_length=seq_length,
                                    draft_vocab_size=draft_vocab_size or None, seed=seed, held_out=4)
-    spec = DraftSpec(verifier=data_verifier(data_path), draft_vocab_size=data_draft_vocab_size(data_path))
-    session = TrainSession(data_path, spec, lr=lr, total_seq_len=total_seq_len, seed=seed,
+    session = TrainSession(data_path, lr=lr, total_seq_len=total_seq_len, seed=seed,
                            warm_start_layer=warm_start_layer)
     print("new session on", data_path)
 build = session.build

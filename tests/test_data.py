@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -28,8 +29,8 @@ from eagle3kit.data import conversations as conv
 from eagle3kit.data.conversations import HELD_OUT
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import bad_files, remake_command, require_healthy
+from eagle3kit.data.directory import MANIFEST, DataDir, DataError, Manifest
 from eagle3kit.data.loader import held_out_conversations, held_out_prompts, make_loader
-from eagle3kit.data.manifest import DataError, MANIFEST, files_table, read_manifest
 from eagle3kit.data.plots import plot_batch
 from eagle3kit.data.targets import verify_targets
 from eagle3kit.data.vocab import load_mapping
@@ -90,7 +91,7 @@ def test_loader_through_speculators(built):
 
 def test_files_table_lists_what_the_directory_holds(built):
     out, info = built
-    table = files_table(out).set_index("name")
+    table = DataDir(out).files_table().set_index("name")
     assert table.loc["hidden_states/", "files"] == info.n_samples
     assert table.loc[MANIFEST, "files"] == 1 and table.loc[MANIFEST, "MB"] >= 0
     sizes = sum(f.stat().st_size for f in (out / "hidden_states").iterdir())
@@ -154,9 +155,9 @@ def test_resume_skips_finished_and_gives_identical_bytes(tmp_path, tiny_verifier
     (hs_dir / "hs_1.safetensors").unlink()
     (hs_dir / "hs_2.safetensors").write_bytes(original["hs_2.safetensors"][:100])
     (hs_dir / ".hs_1.safetensors.tmp-abc").write_bytes(b"partial")
-    m = read_manifest(out)
-    m["complete"] = False
-    (out / MANIFEST).write_text(json.dumps(m))
+    m = DataDir(out).manifest
+    m.complete = False
+    m.write(out)
     with pytest.raises(DataError, match="incomplete"):
         make_loader(out, 256)
     info = build_dataset(tiny_verifier, out, **kw)
@@ -203,8 +204,7 @@ def test_remake_command_for_aux_layers_the_cli_cannot_set(built, tmp_path):
     out, info = built
     other = tmp_path / "other"
     other.mkdir()
-    m = read_manifest(out)
-    (other / MANIFEST).write_text(json.dumps(m | {"aux_layer_ids": [0, 1]}))
+    dataclasses.replace(DataDir(out).manifest, aux_layer_ids=[0, 1]).write(other)
     assert remake_command(out).startswith("eagle3kit data --out")
     assert remake_command(other).startswith(f"build_dataset({info.verifier_path!r}, {str(other)!r}, ")
     assert "aux_layer_ids=[0, 1]" in remake_command(other)
@@ -321,7 +321,7 @@ def test_killed_run_resumes_to_identical_bytes(tmp_path, tiny_verifier):
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_early = not (read_manifest(out) or {}).get("complete")
+    killed_early = not DataDir(out).complete
     done_before = {p.name for p in hs_dir.glob("hs_*.safetensors")}
     info = build_dataset(tiny_verifier.path, out, **kw)
     assert info.files["skipped"] + info.files["remade"] >= len(done_before) - 1  # at most the file in flight lost
@@ -344,15 +344,45 @@ def test_cli_data(tmp_path, tiny_verifier, capsys):
     assert rc == 2 and "overwrite" in capsys.readouterr().err
 
 
-def test_targets_check_without_manifest(built, tmp_path, tiny_verifier):
+def test_data_dir_reads_the_manifest_once_and_answers_from_it(built, tiny_verifier):
+    out, info = built
+    data = DataDir.open(out)
+    assert DataDir.open(data) is data and os.fspath(data) == str(data) == str(out) and data.has_manifest
+    assert data.verifier_ref == tiny_verifier.path and data.aux_layer_ids == info.aux_layer_ids
+    assert (data.seq_length, data.dtype, data.n_samples, data.complete) == (info.seq_length, info.dtype,
+                                                                           info.n_samples, True)
+    assert data.draft_vocab_sizes == [256] and data.draft_vocab_size == 256
+    assert (data.hidden_size, data.n_states) == (info.hidden_size, len(info.aux_layer_ids) + 1)
+    assert data.hidden_state_files() == [data.hidden_state_file(i) for i in range(info.n_samples)]
+    assert data.has_arrow and data.hidden_state_file(0).parent == out / "hidden_states"
+    on_disk = json.loads((out / MANIFEST).read_text())
+    assert Manifest.from_dict(on_disk).to_dict() == on_disk  # the typed manifest keeps the file's format
+    assert data.check_compatible(tiny_verifier, info.aux_layer_ids) is data
+
+
+def test_a_directory_without_manifest_opens_with_what_its_files_tell(built, tmp_path, tiny_verifier):
     """The doctor's case: a speculators data directory not made by eagle3kit (no manifest)."""
-    out, _ = built
+    out, info = built
     plain = tmp_path / "plain"
     shutil.copytree(out, plain)
     (plain / MANIFEST).unlink()
+    data = DataDir(plain)
+    assert not data.has_manifest and data.manifest is None and data.has_arrow
+    assert (data.verifier_ref, data.aux_layer_ids, data.seq_length, data.complete) == (None, None, None, None)
+    assert (data.hidden_size, data.n_states) == (info.hidden_size, len(info.aux_layer_ids) + 1)  # from a file
+    assert data.draft_vocab_sizes == [256] and len(data.hidden_state_files()) == info.n_samples
+    for refuse in (data.require_manifest, data.check_compatible):
+        with pytest.raises(DataError, match="no eagle3kit_data.json"):
+            refuse()
     with pytest.raises(DataError, match="pass verifier="):
         verify_targets(plain)
     assert verify_targets(plain, verifier=tiny_verifier, n_samples=1)["ok"]
+    assert bad_files(data) == {}  # every file is checked against the shape the first one gives
+    data.hidden_state_file(1).write_bytes(data.hidden_state_file(1).read_bytes()[:100])
+    with pytest.raises(DataError, match=r"1 unusable .*hs_1\.safetensors: unreadable.*no eagle3kit manifest"):
+        require_healthy(plain)
+    empty = DataDir(tmp_path / "empty")
+    assert (empty.has_manifest, empty.has_arrow, empty.hidden_size, empty.draft_vocab_sizes) == (False, False, None, [])
 
 
 def test_speculators_train_reads_the_directory(built, tiny_verifier):
@@ -397,7 +427,7 @@ def test_native_data_is_bfloat16_only_where_the_cpu_computes_it(tmp_path, tiny_v
     out = tmp_path / "native"
     kwargs = {**SMALL, "n_conversations": 2, "held_out": 0}
     info = build_dataset(tiny_verifier, out, source=src, dtype="native", **kwargs)
-    assert info.dtype == str(expected).removeprefix("torch.") == read_manifest(out)["request"]["dtype"]
+    assert info.dtype == str(expected).removeprefix("torch.") == DataDir(out).dtype
     assert load_file(str(out / "hidden_states" / "hs_0.safetensors"))["hidden_states"].dtype == expected
     again = build_dataset(tiny_verifier, out, source=src, dtype="native", **kwargs)
     assert again.files["written"] == 0 and again.files["skipped"] == 2

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from eagle3kit.data.dataset import build_dataset
+from eagle3kit.data.directory import DataDir
 from eagle3kit.plan.disk import data_token_stats, disk_plan
 
 from conftest import TINY_DATA_VOCAB
@@ -27,12 +28,9 @@ def written(data_dir: Path) -> dict[str, int]:
 
 
 def predicted(data_dir: Path, width: int, draft_vocab_size: int | None):
-    from eagle3kit.data.manifest import read_manifest
-
-    m = read_manifest(data_dir)
-    v = m["verifier"]
-    return disk_plan(data_token_stats(data_dir), v["hidden_size"], len(m["aux_layer_ids"]) + 1, width,
-                     v["vocab_size"], draft_vocab_size)
+    m = DataDir(data_dir).require_manifest()
+    return disk_plan(data_token_stats(data_dir), m.verifier.hidden_size, len(m.aux_layer_ids) + 1, width,
+                     m.verifier.vocab_size, draft_vocab_size)
 
 
 def check(data_dir: Path, width: int, draft_vocab_size: int | None) -> None:

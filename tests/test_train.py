@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+from unittest import mock
 
 import papermill
 import pytest
@@ -16,14 +18,14 @@ from speculators.model import SpeculatorModel
 
 from eagle3kit.cli import main
 from eagle3kit.data.loader import make_loader
-from eagle3kit.data.manifest import DataError
+from eagle3kit.data.directory import MANIFEST, DataDir, DataError, verifier_identity
 from eagle3kit.data.plots import plot_batch
 from eagle3kit.draft.config import DraftSpec, build_config, save_config, spec_from_saved
 from eagle3kit.device import native_bf16
 from eagle3kit.errors import UserError
 from eagle3kit.presets import NOTEBOOKS, parameters
 from eagle3kit.runner import NOTEBOOK_DIR
-from eagle3kit.train.checkpoint import CheckpointError, read_session
+from eagle3kit.train.checkpoint import SESSION_FILE, CheckpointError, read_session
 from eagle3kit.train.loop import PlainLoop
 from eagle3kit.train.plots import plot_metrics, plot_step
 from eagle3kit.train.session import TrainingDiverged, TrainSession, TrainSettings
@@ -85,6 +87,29 @@ def test_step_equals_plain_speculators_loop(tiny_data, optimizer):
     worst = max((p - mine[n]).abs().max().item() for n, p in loop.model.named_parameters())
     assert worst <= 1e-6
     assert not torch.equal(init_fc, mine["fc.weight"])  # the steps did train
+
+
+def test_a_session_reads_its_manifest_and_its_session_json_once(tiny_data, tmp_path):
+    """issue 32: one TrainSession(data_dir) reads eagle3kit_data.json once and fingerprints the verifier once;
+    TrainSession.resume reads session.json once. The spies wrap the real functions: every Path.read_text call is
+    counted by the file it reads."""
+    with mock.patch.object(Path, "read_text", autospec=True, side_effect=Path.read_text) as reads, \
+            mock.patch("eagle3kit.data.directory.verifier_identity", wraps=verifier_identity) as fingerprints:
+        s = TrainSession(tiny_data, progress=False, total_seq_len=SEQ)
+        read = [c.args[0].name for c in reads.call_args_list]
+        assert read.count(MANIFEST) == 1 and fingerprints.call_count == 1, (read, fingerprints.call_count)
+        assert s.build.config.draft_vocab_size == VOCAB  # the draft got the data's vocab from that one read
+        s.save(tmp_path / "ck")
+        reads.reset_mock()
+        fingerprints.reset_mock()
+        resumed = TrainSession.resume(tmp_path / "ck", progress=False)
+        read = [c.args[0].name for c in reads.call_args_list]
+        assert read.count(SESSION_FILE) == 1 and read.count(MANIFEST) == 1 and fingerprints.call_count == 1, read
+    assert resumed.global_step == 0 and resumed.data_dir == s.data_dir
+    given = DataDir(tiny_data)  # a DataDir handed in is not read again
+    with mock.patch.object(Path, "read_text", autospec=True, side_effect=Path.read_text) as reads:
+        assert TrainSession(given, progress=False, total_seq_len=SEQ).data is given
+    assert [c.args[0].name for c in reads.call_args_list].count(MANIFEST) == 0
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
@@ -192,6 +217,15 @@ def test_spec_from_saved_config_rebuilds_the_same_draft(tmp_path):
     again = build_config(spec_from_saved(tmp_path / "cfg", device="cpu"))
     save_config(again, tmp_path / "again")
     assert (tmp_path / "again" / "config.json").read_text() == (tmp_path / "cfg" / "config.json").read_text()
+
+
+def test_a_saved_draft_config_trains_with_the_data_vocab(tiny_data, tmp_path):
+    """Notebook 05's one call: a Path to notebook 01's config folder gives its shape and the data's draft vocab."""
+    save_config(build_config(verifier="tiny", device="cpu", num_layers=2, ttt_steps=2), tmp_path / "cfg")
+    s = TrainSession(tiny_data, tmp_path / "cfg", progress=False, total_seq_len=SEQ)
+    assert s.build.spec == spec_from_saved(tmp_path / "cfg", draft_vocab_size=VOCAB)
+    assert (s.build.spec.num_layers, s.ttt_steps, s.build.config.draft_vocab_size) == (2, 2, VOCAB)
+    assert math.isfinite(s.step()["loss"])
 
 
 def test_cli_train_save_and_resume(tiny_data, tmp_path, capsys):

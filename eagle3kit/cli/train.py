@@ -101,15 +101,16 @@ def _run_options(p: argparse.ArgumentParser, data_required: bool, skip_draft: tu
 
 def _run_spec(args: argparse.Namespace, **fixed):
     """The draft of ``train`` / ``launch``: the options given, else the data directory's verifier and vocab."""
-    from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier  # lazy: torch takes seconds to import
+    from eagle3kit.data.directory import DataDir  # lazy: torch takes seconds to import
     from eagle3kit.draft.config import DraftSpec
 
     if not args.data:
         raise UserError("Pass --data DIR (a data directory made by `eagle3kit data --out DIR`), "
                         "or --resume CHECKPOINT to continue a run.")
     chosen = given(args, DraftSpec)
-    chosen.setdefault("verifier", data_verifier(args.data))
-    chosen.setdefault("draft_vocab_size", data_draft_vocab_size(args.data))
+    data = DataDir.open(args.data)
+    chosen.setdefault("verifier", data.require_manifest().verifier.ref)
+    chosen.setdefault("draft_vocab_size", data.draft_vocab_size)
     return DraftSpec(**{**chosen, **fixed})
 
 

@@ -6,11 +6,11 @@
 ``regenerate``     self-distillation: the verifier writes the replies
 ``hidden_states``  verifier hidden states as vLLM hands them to speculators, one file per sample
 ``dataset``        ``build_dataset``: conversations -> a resumable speculators data directory
-``manifest``       the directory's verifier identity, aux layers and settings
+``directory``      ``DataDir``: one data directory, its manifest read once (format, paths, verifier, compatibility)
+``health``         every hidden-state file checked, each bad one named with the command that remakes it
+``loader``         packed batches as ``speculators train`` makes them, held-out prompts
 ``vocab``          token frequencies, the d2t / t2d draft-vocab mapping, ``build_for_data`` (the draft with it)
 ``targets``        the pre-norm proof (``verify_targets``)
-``health``         is a data directory usable: every hidden-state file checked, each bad one named
-``loader``         reading a data directory: packed batches, held-out prompts
+``plots``          hidden-state norms, vocab coverage, a packed batch
 ``loss_mask_plot`` the loss mask drawn over the text of a conversation or a packed batch
-``plots``          loss mask over text, hidden-state norms, vocab coverage
 """

@@ -14,6 +14,7 @@ Directory layout written by :func:`build_dataset` (everything speculators reads 
                               draft vocab mapping for draft vocab size N (speculators' function)
       held_out.jsonl          conversations kept out of training, {"messages": [...]} per line, for evaluation
       eagle3kit_data.json     manifest: verifier identity, aux layer ids, settings, counts, timings
+                              (read and written through eagle3kit.data.directory: DataDir, Manifest)
 
 API (the notebooks keep the directory at ``{workdir}/data``)::
 
@@ -31,7 +32,6 @@ conversation whose replies all lie beyond ``seq_length`` is dropped and counted,
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -42,16 +42,13 @@ import torch
 from datasets import Dataset, load_from_disk
 from tqdm.auto import tqdm
 
-from eagle3kit.atomic import write_text
 from eagle3kit.data import conversations as conv
 from eagle3kit.data import hidden_states as hs
 from eagle3kit.data import vocab
-from eagle3kit.data.manifest import MANIFEST, DataError, check_compatible, read_manifest, verifier_identity
-from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
+from eagle3kit.data.directory import HIDDEN_STATES, MANIFEST, DataDir, DataError, Manifest, Request, verifier_identity
 from eagle3kit.device import FLOAT_DTYPES, native_dtype, resolve_device
+from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
-
-FORMAT_VERSION = 1
 
 
 @dataclass
@@ -86,12 +83,8 @@ def input_id_rows(data_dir: str | os.PathLike) -> list[list[int]]:
 
 
 # ----------------------------------------------------------------------------------------------- building
-def _arrow_present(out: Path) -> bool:
-    return (out / "state.json").exists() and (out / "dataset_info.json").exists() and any(out.glob("data-*.arrow"))
-
-
 _OURS = ("data-*.arrow", "dataset_info.json", "state.json", "token_freq.pt", "d2t-*.npy", "t2d-*.npy", conv.HELD_OUT,
-         MANIFEST, ".*.tmp*", "hidden_states")
+         MANIFEST, ".*.tmp*", HIDDEN_STATES)
 
 
 def _only_ours(out: Path) -> bool:
@@ -120,13 +113,13 @@ def _write_arrow(out: Path, rows: list[conv.Tokenized]):
     tmp.rmdir()
 
 
-def _tokenize(v: Verifier, request: dict, out: Path, progress: bool) -> dict:
+def _tokenize(v: Verifier, request: Request, out: Path, progress: bool) -> dict:
     """Conversations -> tokens + loss mask -> Arrow dataset, token_freq.pt, held_out.jsonl. Returns counts."""
     tokenizer = load_tokenizer(v)
-    n, seq_length = request["n_conversations"], request["seq_length"]
+    n, seq_length = request.n_conversations, request.seq_length
     counts = {"skipped_unusable": 0}
-    stream = conv.ordered(conv.read(request["source"]), request["seed"], counts)
-    held = list(itertools.islice(stream, request["held_out"]))  # first, so it does not depend on n
+    stream = conv.ordered(conv.read(request.source), request.seed, counts)
+    held = list(itertools.islice(stream, request.held_out))  # first, so it does not depend on n
     rows, dropped, truncated = [], 0, 0
     with tqdm(total=n, desc="tokenize", disable=not progress) as bar:
         for turns in stream:
@@ -182,18 +175,18 @@ def build_dataset(
     device = resolve_device(device)
     dtype = native_dtype(device) if dtype == "native" else dtype  # the verifier runs and stores in it
     out = Path(out_dir)
-    request = {"n_conversations": n_conversations, "seq_length": seq_length, "seed": seed, "held_out": held_out,
-               "source": str(Path(source).resolve()) if source is not None else None, "dtype": dtype}
-    identity = verifier_identity(v)
+    request = Request(n_conversations=n_conversations, seq_length=seq_length, seed=seed, held_out=held_out,
+                      source=str(Path(source).resolve()) if source is not None else None, dtype=dtype)
 
-    manifest = read_manifest(out)
+    data = DataDir(out)
+    manifest = data.manifest
     if manifest is not None and overwrite:
         _clear(out)
         manifest = None
     if manifest is not None:
-        check_compatible(out, v, aux)
-        changed = {k: (manifest["request"].get(k), val) for k, val in request.items()
-                   if manifest["request"].get(k) != val}
+        data.check_compatible(v, aux)
+        before, now = asdict(manifest.request), asdict(request)
+        changed = {k: (before[k], val) for k, val in now.items() if before[k] != val}
         if changed:
             what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
             raise DataError(f"{out} was made with other settings ({what}); pass --overwrite (overwrite=True) to "
@@ -203,34 +196,33 @@ def build_dataset(
     elif out.exists():
         _clear(out)  # a first build interrupted before its manifest: start again
 
-    if manifest is None or not manifest.get("tokenized") or not _arrow_present(out):
+    if manifest is None or not manifest.tokenized or not data.has_arrow:
         counts = _tokenize(v, request, out, progress)
-        manifest = {"format": FORMAT_VERSION, "verifier": identity, "aux_layer_ids": aux, "request": request,
-                    "tokenized": True, "complete": False, "counts": counts}
-        write_text(out / MANIFEST, json.dumps(manifest, indent=2))
+        manifest = Manifest(verifier=verifier_identity(v), aux_layer_ids=aux, request=request, counts=counts)
+        manifest.write(out)
 
     samples = input_id_rows(out)
-    hs_dir = out / "hidden_states"
+    hs_dir = data.hidden_states_dir
     hs.remove_partial(hs_dir)
     state = hs.scan(hs_dir, samples, len(aux) + 1, text.hidden_size)
     for i in state["bad"]:
         hs.hs_path(hs_dir, i).unlink(missing_ok=True)
-    stats = {"written": 0, "tokens_per_s": manifest.get("extraction", {}).get("tokens_per_s")}
+    stats = {"written": 0, "tokens_per_s": (manifest.extraction or {}).get("tokens_per_s")}
     if state["missing"]:
         model = load_model(v, dtype=dtype, device=device)
         stats = hs.extract_to_files(model, samples, hs_dir, aux, set(state["missing"]), batch_size,
                                     getattr(torch, dtype), device, progress)
-        manifest["extraction"] = {"tokens_per_s": round(stats["tokens_per_s"], 1), "device": device,
+        manifest.extraction = {"tokens_per_s": round(stats["tokens_per_s"], 1), "device": device,
                                   "batch_size": batch_size, "seconds": round(stats["seconds"], 2)}
 
     cov = 1.0
     if draft_vocab_size is not None:
         t2d, _d2t = vocab.build_mapping(out, draft_vocab_size, text.vocab_size)
         cov = vocab.coverage(vocab.load_token_freq(out), t2d)
-        manifest.setdefault("vocab", {})[str(draft_vocab_size)] = {"coverage": round(cov, 6)}
-    manifest["complete"] = True
-    write_text(out / MANIFEST, json.dumps(manifest, indent=2))
-    c = manifest["counts"]
+        manifest.vocab[draft_vocab_size] = round(cov, 6)
+    manifest.complete = True
+    manifest.write(out)
+    c = manifest.counts
     return DatasetInfo(
         path=str(out), verifier=v.name, verifier_path=v.path, aux_layer_ids=aux, hidden_size=text.hidden_size,
         seq_length=seq_length, dtype=dtype, n_samples=c["n_samples"], n_held_out=c["n_held_out"], tokens=c["tokens"],

@@ -13,50 +13,53 @@ from __future__ import annotations
 
 import os
 import shlex
-from pathlib import Path
 
 from eagle3kit.data import hidden_states as hs
 from eagle3kit.data.dataset import input_id_rows
-from eagle3kit.data.manifest import DataError, data_verifier, require_manifest
+from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.draft.config import resolve_aux_layer_ids
 
 SHOWN = 5  # bad files named one by one in an error message (all of them are in bad_files)
 
 
-def remake_command(data_dir: str | os.PathLike) -> str:
+def remake_command(data_dir: DataDir | str | os.PathLike) -> str:
     """The command that (re)makes ``data_dir`` with the settings it was made with (resuming: only what is missing or
     bad is made again): ``eagle3kit data --out DIR ...``, or the ``build_dataset`` call when the directory uses aux
     layers other than the verifier's default (the CLI has no option for them)."""
-    m = require_manifest(data_dir)
-    r, verifier = m["request"], data_verifier(data_dir)
-    if m["aux_layer_ids"] != resolve_aux_layer_ids(verifier):
-        settings = {k: r[k] for k in ("n_conversations", "seq_length", "held_out", "seed", "source", "dtype")}
-        kwargs = ", ".join(f"{k}={v!r}" for k, v in {**settings, "aux_layer_ids": m["aux_layer_ids"]}.items())
-        return f"build_dataset({verifier!r}, {str(data_dir)!r}, {kwargs})  # from eagle3kit.data.dataset"
-    args = ["eagle3kit", "data", "--out", str(data_dir), "--verifier", verifier,
-            "--n-conversations", str(r["n_conversations"]), "--seq-length", str(r["seq_length"]),
-            "--held-out", str(r["held_out"]), "--seed", str(r["seed"]), "--dtype", r["dtype"]]
-    if r.get("source"):
-        args += ["--source", r["source"]]
+    data = DataDir.open(data_dir)
+    m = data.require_manifest()
+    r, verifier = m.request, m.verifier.ref
+    if m.aux_layer_ids != resolve_aux_layer_ids(verifier):
+        settings = {k: getattr(r, k) for k in ("n_conversations", "seq_length", "held_out", "seed", "source", "dtype")}
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in {**settings, "aux_layer_ids": m.aux_layer_ids}.items())
+        return f"build_dataset({verifier!r}, {str(data.path)!r}, {kwargs})  # from eagle3kit.data.dataset"
+    args = ["eagle3kit", "data", "--out", str(data.path), "--verifier", verifier,
+            "--n-conversations", str(r.n_conversations), "--seq-length", str(r.seq_length),
+            "--held-out", str(r.held_out), "--seed", str(r.seed), "--dtype", r.dtype]
+    if r.source:
+        args += ["--source", r.source]
     return shlex.join(args)
 
 
-def bad_files(data_dir: str | os.PathLike) -> dict[str, str]:
+def bad_files(data_dir: DataDir | str | os.PathLike) -> dict[str, str]:
     """``{file path: why}`` for every hidden-state file of ``data_dir`` that is missing or unusable (empty: all
-    good). Reads every file: header, token ids against the dataset rows, shape, finite values."""
-    m = require_manifest(data_dir)
-    samples = input_id_rows(data_dir)
-    hs_dir = Path(data_dir) / "hidden_states"
-    state = hs.scan(hs_dir, samples, len(m["aux_layer_ids"]) + 1, m["verifier"]["hidden_size"])
+    good). Reads every file: header, token ids against the dataset rows, shape, finite values. Without an eagle3kit
+    manifest the shape expected is the first readable file's (:attr:`DataDir.n_states`, :attr:`DataDir.hidden_size`)."""
+    data = DataDir.open(data_dir)
+    samples = input_id_rows(data.path)
+    state = hs.scan(data.hidden_states_dir, samples, data.n_states, data.hidden_size)
     found = {i: "missing" for i in state["missing"]} | state["bad"]
-    return {str(hs.hs_path(hs_dir, i)): why for i, why in sorted(found.items())}
+    return {str(data.hidden_state_file(i)): why for i, why in sorted(found.items())}
 
 
-def require_healthy(data_dir: str | os.PathLike) -> None:
-    """Raise :class:`DataError` naming each bad hidden-state file and why, with the command that remakes them."""
-    found = bad_files(data_dir)
+def require_healthy(data_dir: DataDir | str | os.PathLike) -> None:
+    """Raise :class:`DataError` naming each bad hidden-state file and why, with the command that remakes them (when
+    the directory has an eagle3kit manifest to remake it from)."""
+    data = DataDir.open(data_dir)
+    found = bad_files(data)
     if found:
         listed = "; ".join(f"{path}: {why}" for path, why in list(found.items())[:SHOWN])
         more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
-        raise DataError(f"{data_dir} has {len(found)} unusable hidden-state file(s) ({listed}{more}); remake them "
-                        f"with: {remake_command(data_dir)}")
+        fix = (f"remake them with: {remake_command(data)}" if data.has_manifest else
+               "remake them with the pipeline that made the directory (it has no eagle3kit manifest)")
+        raise DataError(f"{data.path} has {len(found)} unusable hidden-state file(s) ({listed}{more}); {fix}")

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import remake_command, require_healthy
-from eagle3kit.data.manifest import DataError, check_compatible, read_manifest
+from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.verifier import Verifier
 
 
@@ -42,7 +42,7 @@ def load_dataset(data_dir: str | os.PathLike, max_len: int, hidden_states_dtype:
 
 
 def make_loader(
-    data_dir: str | os.PathLike,
+    data_dir: DataDir | str | os.PathLike,
     total_seq_len: int,
     hidden_states_dtype: torch.dtype = torch.float32,
     train_ratio: float = 1.0,
@@ -59,27 +59,26 @@ def make_loader(
     document_ids (-1 = padding) with T = ``total_seq_len``. ``verifier`` / ``aux_layer_ids`` are checked against the
     manifest when given.
     """
-    m = check_compatible(data_dir, verifier, aux_layer_ids)
-    if not m.get("complete"):
-        raise DataError(f"{data_dir} is incomplete (extraction was interrupted); finish it with: "
-                        f"{remake_command(data_dir)}")
+    data = DataDir.open(data_dir).check_compatible(verifier, aux_layer_ids)
+    if not data.complete:
+        raise DataError(f"{data.path} is incomplete (extraction was interrupted); finish it with: "
+                        f"{remake_command(data)}")
     if check:
-        require_healthy(data_dir)
-    dataset = load_dataset(data_dir, total_seq_len, hidden_states_dtype, train_ratio, split)
+        require_healthy(data)
+    dataset = load_dataset(data.path, total_seq_len, hidden_states_dtype, train_ratio, split)
     sampler = MultipackDistributedBatchSamplerV2(batch_max_length=total_seq_len, lengths=dataset.approx_lengths,
                                                  num_replicas=1, rank=0, seed=seed, max_batches=max_batches)
-    collate = CollateFn(total_seq_len, m["verifier"]["hidden_size"], num_target_layers=len(m["aux_layer_ids"]),
+    collate = CollateFn(total_seq_len, data.hidden_size, num_target_layers=len(data.aux_layer_ids),
                         dtype=hidden_states_dtype, preprocess=shift_batch)
     return DataLoader(dataset, batch_sampler=sampler, num_workers=0, collate_fn=collate)
 
 
-def find_or_build_data(workdir: str | os.PathLike, verifier: str, rebuild: bool = False, **build_kwargs) -> Path:
+def find_or_build_data(workdir: str | os.PathLike, verifier: str, rebuild: bool = False, **build_kwargs) -> DataDir:
     """Notebook 04's data (``workdir/data``) when it is complete and ``rebuild`` is False; else a small one made
     here with :func:`build_dataset` in ``workdir/data_05`` (resumable; ``build_kwargs`` go to it)."""
-    theirs = Path(workdir) / "data"
-    manifest = read_manifest(theirs)
-    if not rebuild and manifest is not None and manifest.get("complete"):
+    theirs = DataDir(Path(workdir) / "data")
+    if not rebuild and theirs.complete:
         return theirs
     mine = Path(workdir) / "data_05"
     build_dataset(verifier, mine, **build_kwargs)
-    return mine
+    return DataDir(mine)

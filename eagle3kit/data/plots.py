@@ -7,7 +7,6 @@ and never calls ``plt.show``. The loss mask over a sample's tokens: :mod:`eagle3
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,16 +14,21 @@ import torch
 from matplotlib.figure import Figure
 from safetensors.torch import load_file
 
-from eagle3kit.data.manifest import read_manifest
+from eagle3kit.data.directory import DataDir
 from eagle3kit.masks.eagle_mask import MaskInputError
 from eagle3kit.masks.plots import plot_layout_thumbnail
 
 
-def hidden_state_norms(data_dir: str | os.PathLike, n_samples: int = 4) -> pd.DataFrame:
+def _state_names(data: DataDir) -> list[str]:
+    aux = data.aux_layer_ids or [f"#{k}" for k in range((data.n_states or 1) - 1)]  # no manifest: by position
+    return [f"aux layer {i}" for i in aux] + ["last (pre-norm)"]
+
+
+def hidden_state_norms(data_dir: DataDir | str | os.PathLike, n_samples: int = 4) -> pd.DataFrame:
     """Per stored state (aux layers, then the pre-norm last state): L2 norm per token, summarised over samples."""
-    m = read_manifest(data_dir)
-    names = [f"aux layer {i}" for i in m["aux_layer_ids"]] + ["last (pre-norm)"]
-    paths = sorted((Path(data_dir) / "hidden_states").glob("hs_*.safetensors"), key=lambda p: int(p.stem[3:]))
+    data = DataDir.open(data_dir)
+    names = _state_names(data)
+    paths = data.hidden_state_files()
     norms = torch.cat([load_file(str(p))["hidden_states"].float().norm(dim=-1) for p in paths[:n_samples]])
     rows = [{"state": name, "mean": float(norms[:, k].mean()), "median": float(norms[:, k].median()),
              "p99": float(norms[:, k].quantile(0.99)), "max": float(norms[:, k].max()),
@@ -32,11 +36,11 @@ def hidden_state_norms(data_dir: str | os.PathLike, n_samples: int = 4) -> pd.Da
     return pd.DataFrame(rows).round(2)
 
 
-def plot_hidden_state_norms(data_dir: str | os.PathLike, sample: int = 0) -> Figure:
+def plot_hidden_state_norms(data_dir: DataDir | str | os.PathLike, sample: int = 0) -> Figure:
     """L2 norm of each stored state along the positions of one sample (log scale)."""
-    m = read_manifest(data_dir)
-    names = [f"aux layer {i}" for i in m["aux_layer_ids"]] + ["last (pre-norm)"]
-    h = load_file(str(Path(data_dir) / "hidden_states" / f"hs_{sample}.safetensors"))["hidden_states"].float()
+    data = DataDir.open(data_dir)
+    names = _state_names(data)
+    h = load_file(str(data.hidden_state_file(sample)))["hidden_states"].float()
     fig = Figure(figsize=(9, 3.2))
     ax = fig.subplots()
     for k, name in enumerate(names):

@@ -7,12 +7,11 @@ speculators applies ``verifier_norm`` to the stored last state itself, so it mus
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from eagle3kit.data.manifest import MANIFEST, DataError, check_compatible, read_manifest
+from eagle3kit.data.directory import MANIFEST, DataDir, DataError
 from eagle3kit.data.vocab import load_mapping
 from eagle3kit.draft.config import build_config, resolve_aux_layer_ids
 from eagle3kit.draft.model import build_model
@@ -54,7 +53,7 @@ def verifier_logits(verifier, token_ids: list[torch.Tensor], t2d: torch.Tensor |
     return out
 
 
-def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 2,
+def verify_targets(data_dir: DataDir | str | os.PathLike, verifier=None, n_samples: int = 2,
                    draft_vocab_size: int | None = None) -> dict:
     """Prove the stored last state is pre-norm: speculators' targets from it vs the verifier's own logits (the verifier
     run in the dtype that made the data).
@@ -65,23 +64,23 @@ def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 
     "if_normed_twice": {...}}``; the last is what storing transformers' (already normed) ``hidden_states[-1]``
     would have given, for contrast.
     """
-    m = read_manifest(data_dir)
-    if verifier is None and m is None:
-        raise DataError(f"{data_dir} has no {MANIFEST}; pass verifier=... (the model that made the hidden states).")
-    v = resolve(verifier if verifier is not None else (m["verifier"]["path"] or m["verifier"]["name"]))
-    if m is not None:
-        check_compatible(data_dir, v)
-    aux = m["aux_layer_ids"] if m else resolve_aux_layer_ids(v)
-    t2d, d2t = load_mapping(data_dir, draft_vocab_size, v.text_config.vocab_size)
-    paths = sorted((Path(data_dir) / "hidden_states").glob("hs_*.safetensors"), key=lambda p: int(p.stem[3:]))
+    data = DataDir.open(data_dir)
+    if verifier is None and not data.has_manifest:
+        raise DataError(f"{data.path} has no {MANIFEST}; pass verifier=... (the model that made the hidden states).")
+    v = resolve(verifier if verifier is not None else data.verifier_ref)
+    if data.has_manifest:
+        data.check_compatible(v)
+    aux = data.aux_layer_ids if data.has_manifest else resolve_aux_layer_ids(v)
+    t2d, d2t = load_mapping(data.path, draft_vocab_size, v.text_config.vocab_size)
+    paths = data.hidden_state_files()
     if not paths:
-        raise DataError(f"{data_dir}/hidden_states holds no hs_*.safetensors files; make the data with "
+        raise DataError(f"{data.hidden_states_dir} holds no hs_*.safetensors files; make the data with "
                         "`eagle3kit data --out DIR`.")
     files = [load_file(str(p)) for p in paths[:n_samples]]
     targets = speculators_targets(v, aux, t2d, d2t)
     # the reference is the verifier as it ran for the data: a state computed in bf16 (dtype "bfloat16" / "native")
     # differs from float32's by up to ~1.4 logits on SmolLM2 (argmax 98% equal), far from the twice-normed contrast
-    dtype = m["request"].get("dtype", "float32") if m else "float32"
+    dtype = data.dtype or "float32"
     logits = verifier_logits(v, [f["token_ids"] for f in files], t2d, dtype)
     agree = agree_twice = total = unexplained = 0
     worst = worst_twice = 0.0

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from eagle3kit.data.health import bad_files, remake_command
-from eagle3kit.data.manifest import read_manifest
+from eagle3kit.data.directory import DataDir
 from eagle3kit.data.targets import verify_targets
 from eagle3kit.doctor.attention_checks import attention_findings, loss_findings
 from eagle3kit.doctor.facts import attention_facts, doctor_subject
@@ -86,7 +86,8 @@ def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]
     speculators applies ``verifier_norm`` to the stored last state itself, so it must be the pre-norm output of the
     last decoder layer: the targets computed from it must reproduce the verifier's own logits.
     """
-    if read_manifest(data_dir) is not None:  # an eagle3kit directory: its files can be checked one by one
+    data_dir = DataDir.open(data_dir)
+    if data_dir.has_manifest:  # an eagle3kit directory: its files can be checked one by one
         found = bad_files(data_dir)
         if found:
             fix = remake_command(data_dir)

@@ -13,6 +13,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from eagle3kit.data.directory import DataDir
+
 INT64 = 8
 ARROW_ROW = INT64 + 2 * 4  # seq_len (int64) and one int32 list offset per list column
 ARROW_TOKEN = 4 + INT64  # input_ids (int32: datasets' optimized type for that column name) and loss_mask (int64)
@@ -32,11 +34,9 @@ class TokenStats:
         return self.tokens / self.n_samples
 
 
-def data_token_stats(data_dir: str | os.PathLike) -> TokenStats:
+def data_token_stats(data_dir: str | os.PathLike | DataDir) -> TokenStats:
     """The token statistics of a data directory made by ``eagle3kit data`` (from its manifest's counts)."""
-    from eagle3kit.data.manifest import require_manifest  # the one adapter to the data directory
-
-    counts = require_manifest(data_dir)["counts"]
+    counts = DataDir.open(data_dir).require_manifest().counts
     return TokenStats(counts["n_samples"], counts["tokens"])
 
 

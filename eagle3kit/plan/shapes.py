@@ -10,7 +10,7 @@ import torch
 from speculators.models.eagle3 import Eagle3DraftModel
 from transformers import AutoModelForCausalLM
 
-from eagle3kit.draft.config import DraftBuild
+from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 from eagle3kit.draft.report import parameter_counts
 from eagle3kit.logs import quiet
 
@@ -75,7 +75,7 @@ def draft_shape(build: DraftBuild) -> DraftShape:
         kv_dim=tl.num_key_value_heads * head_dim, num_heads=tl.num_attention_heads, head_dim=head_dim,
         num_layers=tl.num_hidden_layers, vocab_size=tl.vocab_size, draft_vocab_size=cfg.draft_vocab_size,
         n_aux=len(cfg.eagle_aux_hidden_state_layer_ids),
-        ttt_steps=cfg.speculators_config.proposal_methods[0].speculative_tokens,
+        ttt_steps=draft_ttt_steps(cfg),
         trainable=counts["trainable"], trainable_2d=trainable_2d, frozen_embedding=embedding,
         frozen_heads=counts["frozen"] - embedding, norm_before_fc=bool(cfg.norm_before_fc),
     )

@@ -10,24 +10,22 @@ can be saved and sought without replaying.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from eagle3kit.data.loader import make_loader
-from eagle3kit.data.manifest import DataError, check_compatible, read_manifest
+from eagle3kit.data.directory import DataDir, DataError
 
 
 class Batches:
     """Packed training batches of ``data_dir`` by (epoch, index); epoch ``e`` is shuffled with ``seed + e``."""
 
-    def __init__(self, data_dir: str | os.PathLike, build, total_seq_len: int, seed: int, train_ratio: float,
-                 dtype: torch.dtype):
-        data_dir = Path(data_dir)
-        check_compatible(data_dir, build.verifier, build.aux_layer_ids)
-        manifest = read_manifest(data_dir)
-        rows = manifest.get("counts", {}).get("n_samples")
+    def __init__(self, data_dir: DataDir | str | os.PathLike, build, total_seq_len: int, seed: int,
+                 train_ratio: float, dtype: torch.dtype):
+        data = DataDir.open(data_dir).check_compatible(build.verifier, build.aux_layer_ids)
+        data_dir = data.path
+        rows = data.n_samples
         if not rows:
             raise DataError(f"{data_dir} holds no training samples; build it with more conversations.")
         if int(rows * train_ratio) == 0:
@@ -35,8 +33,7 @@ class Batches:
                 f"{data_dir} has {rows} sample(s): train_data_ratio={train_ratio} leaves none for training; "
                 "build it with more conversations (or raise train_data_ratio)."
             )
-        loader = make_loader(data_dir, total_seq_len, dtype, train_ratio=train_ratio, split="train", seed=seed,
-                                  verifier=build.verifier, aux_layer_ids=build.aux_layer_ids)
+        loader = make_loader(data, total_seq_len, dtype, train_ratio=train_ratio, split="train", seed=seed)
         self.dataset, self.sampler, self.collate = loader.dataset, loader.batch_sampler, loader.collate_fn
         lengths = list(self.dataset.approx_lengths)
         if max(lengths) > total_seq_len:

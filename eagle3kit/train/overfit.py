@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
-from eagle3kit.data.manifest import read_manifest
+from eagle3kit.data.directory import DataDir
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.evaluate.acceptance import chat_prompts
 from eagle3kit.evaluate.decode import greedy_generate, speculative_generate
@@ -107,8 +107,8 @@ def overfit(verifier="smollm2", out_dir: str | os.PathLike = "overfit", steps: i
     with quiet():
         model = load_model(v)
     vocab = min(draft_vocab_size, v.text_config.vocab_size) if draft_vocab_size else None
-    data_dir = one_conversation(v, out_dir, reply_tokens, max_prompt_tokens, seed, source, vocab, model)
-    packed = round_up_to_block(int(read_manifest(data_dir)["request"]["seq_length"]) + 1)
+    data_dir = DataDir(one_conversation(v, out_dir, reply_tokens, max_prompt_tokens, seed, source, vocab, model))
+    packed = round_up_to_block(data_dir.seq_length + 1)
     spec = dataclasses.replace(spec or DraftSpec(), verifier=v.path, ttt_steps=k, draft_vocab_size=vocab)
     session = TrainSession(data_dir, spec, progress=progress, lr=lr, seed=seed, max_steps=steps,
                            total_seq_len=packed, train_data_ratio=1.0,

@@ -24,11 +24,11 @@ from speculators.losses import resolve_loss_config
 from speculators.train.utils import normalize_counted_metrics
 from tqdm.auto import tqdm
 
-from eagle3kit.data.manifest import data_draft_vocab_size, data_verifier
+from eagle3kit.data.directory import DataDir
 from eagle3kit.errors import UserError
-from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps
-from eagle3kit.device import FLOAT_DTYPES, native_dtype, warn_if_bf16_emulated
 from eagle3kit.data.vocab import build_for_data
+from eagle3kit.device import FLOAT_DTYPES, native_dtype, warn_if_bf16_emulated
+from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps, spec_from_saved
 from eagle3kit.draft.model import save_draft
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
@@ -84,17 +84,20 @@ class TrainSettings:
 class TrainSession:
     """A draft, its optimizer and scheduler, and a position in the data; ``step()`` trains on one packed batch.
 
-    ``draft`` is a :class:`DraftBuild`, a :class:`DraftSpec`, a verifier name, or None (the verifier the data was
-    made with). Keyword arguments are :class:`TrainSettings` fields.
+    ``data_dir`` is a :class:`~eagle3kit.data.directory.DataDir` or its path (its manifest is read once, here).
+    ``draft`` is a :class:`DraftBuild`, a :class:`DraftSpec`, a verifier name (str), a ``Path`` to a saved draft
+    ``config.json``'s folder (notebook 01's), or None (the verifier the data was made with); the last three get the
+    data's draft vocab. Keyword arguments are :class:`TrainSettings` fields.
     """
 
-    def __init__(self, data_dir: str | os.PathLike, draft: DraftBuild | DraftSpec | str | None = None,
-                 progress: bool = True, **settings: Any):
+    def __init__(self, data_dir: DataDir | str | os.PathLike, draft: DraftBuild | DraftSpec | str | os.PathLike
+                 | None = None, progress: bool = True, **settings: Any):
         unknown = set(settings) - {f.name for f in dataclasses.fields(TrainSettings)}
         if unknown:
             raise TypeError(f"Unknown training setting(s) {sorted(unknown)}; see TrainSettings for the fields.")
-        self.data_dir = Path(data_dir).resolve()
-        self.build = _as_build(draft, self.data_dir)
+        self.data = DataDir.open(data_dir)
+        self.data_dir = self.data.path.resolve()
+        self.build = _as_build(draft, self.data)
         self.device = self.build.device
         if self.device == "cpu" and self.build.attention.implementation in ("simple_flex_attention", "flex_attention"):
             raise UserError(
@@ -113,7 +116,7 @@ class TrainSession:
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = draft_ttt_steps(self.build.config)
-        self.batches = Batches(self.data_dir, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype)
+        self.batches = Batches(self.data, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype)
         self.loss_config = resolve_loss_config(s.loss_fn, s.loss_implementation)
         torch.manual_seed(s.seed)
         self.model = build_for_data(self.build, self.data_dir, s.warm_start_layer)
@@ -262,9 +265,10 @@ class TrainSession:
                                                         state, session)
             return self.last_checkpoint
 
-    def load(self, directory: str | os.PathLike, _moved_data: bool = False) -> TrainSession:
+    def load(self, directory: str | os.PathLike, _saved: dict | None = None, _moved_data: bool = False
+             ) -> TrainSession:
         """Restore a checkpoint made by a session with this very configuration (else a clear error)."""
-        saved = ckpt.read_session(directory)["fingerprint"]
+        saved = dict((_saved or ckpt.read_session(directory))["fingerprint"])
         if _moved_data:
             saved["data_dir"] = str(self.data_dir)
         ckpt.check_fingerprint(saved, self.fingerprint(), directory)
@@ -283,7 +287,7 @@ class TrainSession:
         saved = ckpt.read_session(directory)
         session = cls(data_dir or saved["data_dir"], DraftSpec(**saved["spec"]), progress=progress,
                       **saved["settings"])
-        return session.load(directory, _moved_data=data_dir is not None)
+        return session.load(directory, _saved=saved, _moved_data=data_dir is not None)
 
     def export(self, directory: str | os.PathLike, dtype: str = "float32") -> Path:
         """The draft alone in speculators' format (``save_pretrained``), written atomically."""
@@ -291,11 +295,15 @@ class TrainSession:
             return save_draft(self.model, directory, dtype)
 
 
-def _as_build(draft: DraftBuild | DraftSpec | str | None, data_dir: Path) -> DraftBuild:
-    """A verifier name or None gets the draft vocab the data has a mapping for (else the full vocab)."""
+def _as_build(draft: DraftBuild | DraftSpec | str | os.PathLike | None, data: DataDir) -> DraftBuild:
+    """A verifier name, saved config or None gets the data's draft vocab (the one it has a mapping for, else full)."""
     if isinstance(draft, DraftBuild):
         return draft
     if isinstance(draft, DraftSpec):
         return build_config(dataclasses.replace(draft))
-    return build_config(verifier=draft or data_verifier(data_dir), draft_vocab_size=data_draft_vocab_size(data_dir))
+    data.require_manifest()  # the data's verifier and its draft vocab come from it
+    vocab = data.draft_vocab_size
+    if isinstance(draft, os.PathLike):
+        return build_config(spec_from_saved(draft, draft_vocab_size=vocab))
+    return build_config(verifier=draft or data.verifier_ref, draft_vocab_size=vocab)
 
