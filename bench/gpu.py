@@ -155,6 +155,7 @@ def handoff(result: dict, out: Path, work: Path, steps: int, loss: str, deadline
         settings = {**settings, "hidden_states_dtype": "float32", "loss_implementation": "eager"}
     t0 = time.perf_counter()
     session = TrainSession(data, spec, progress=False, **settings)
+    result["initial_weights"] = ho.initial_weights(session.model, launch / "dry_run" / "model.safetensors")
     n = min(steps, len(session.batches))
     session.run(n)
     ours = session.history_frame()
@@ -262,7 +263,10 @@ def stage_lines(name: str, stage: dict) -> list[str]:
     lines = []
     if name == "handoff" and "session" in stage:
         s = stage["session"]
-        lines += [f"speculators train: {'ran' if stage['speculators']['ok'] else stage['speculators']['error'][:300]}",
+        w = stage["initial_weights"]
+        lines += [f"Initial draft: TrainSession's seeded weights vs `speculators train --dry-run`'s ({w['tensors']} "
+                  f"tensors, cast to {w['dtype']}): equal {w['equal']}, max |diff| {w['max_abs_diff']:.3g}", "",
+                  f"speculators train: {'ran' if stage['speculators']['ok'] else stage['speculators']['error'][:300]}",
                   "", f"Loss per TTT step, {s['steps']} steps; TrainSession: {s['attention']}, "
                       f"{s['loss_implementation']} loss, {s['dtype']}"
                   + (f"; within {RTOL:g} rel + {ATOL:g} abs: {stage['side_by_side']['all_within']}"

@@ -3,6 +3,7 @@ records are read back per TTT step and compared, and the trainer itself runs on 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from conftest import TINY_DATA_SEQ as SEQ
 from eagle3kit.cli import main
 from eagle3kit.errors import UserError
 from eagle3kit.train import handoff
-from eagle3kit.train.launch import validate_yaml
+from eagle3kit.train.launch import LaunchPlan, dry_run, validate_yaml
 from eagle3kit.train.session import TrainSession, TrainSettings
 
 STEPS = 3
@@ -92,6 +93,20 @@ def test_trainer_records_are_read_back_and_compared_per_ttt_step(tiny_data, tmp_
     assert not differ["within"].all()
     with pytest.raises(ValueError, match="loss_3"):
         handoff.per_ttt_step(theirs, session.ttt_steps + 1)
+
+
+def test_the_seed_gives_the_draft_speculators_builds(tiny_data, tmp_path, capsys):
+    """speculators train --dry-run seeds and saves its draft (CPU): the session with the YAML's seed starts from it."""
+    path = launch(tiny_data, tmp_path, "--seed", "3")
+    config = validate_yaml(path)
+    plan = LaunchPlan(config, path, 1, False)
+    saved = dry_run(plan, tmp_path / "dry_run") / "model.safetensors"
+    settings = {**handoff.session_settings(config), "hidden_states_dtype": "float32", "loss_implementation": "eager"}
+    spec = dataclasses.replace(handoff.session_draft(config, "cpu"), attn_implementation="sdpa")
+    same = handoff.initial_weights(TrainSession(tiny_data, spec, progress=False, **settings).model, saved)
+    assert same["equal"] and same["tensors"] >= 10 and same["dtype"] == "torch.bfloat16"
+    other = TrainSession(tiny_data, spec, progress=False, **{**settings, "seed": 4}).model
+    assert not handoff.initial_weights(other, saved)["equal"]
 
 
 def test_no_checkpoint_is_a_clear_error(tmp_path):

@@ -146,6 +146,18 @@ def session_draft(config, device: str = "auto") -> DraftSpec:
         norm_output=f["norm_output"], embed_requires_grad=f["embed_requires_grad"])
 
 
+def initial_weights(model: torch.nn.Module, saved: str | os.PathLike) -> dict[str, Any]:
+    """A session's seeded draft against the one ``speculators train --dry-run`` seeded and saved (``model.safetensors``,
+    in its ``hidden_states_dtype``): ours cast to that dtype, compared tensor by tensor."""
+    from safetensors.torch import load_file  # lazy: only this comparison reads the file directly
+
+    ours = model.state_dict()
+    theirs = {k: v for k, v in load_file(str(saved)).items() if v.is_floating_point()}
+    diffs = {k: float((ours[k].to(v.dtype).float() - v.float()).abs().max()) for k, v in theirs.items()}
+    return {"tensors": len(diffs), "equal": all(d == 0 for d in diffs.values()), "max_abs_diff": max(diffs.values()),
+            "dtype": str(next(iter(theirs.values())).dtype)}
+
+
 def last_checkpoint(save_path: str | os.PathLike) -> Path:
     """The draft speculators' ``SingleGPUCheckpointer`` saved last (``save_path/<epoch>/``, bf16 weights)."""
     epochs = sorted((p for p in Path(save_path).iterdir() if p.name.isdigit() and (p / "config.json").exists()),
