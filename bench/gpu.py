@@ -52,7 +52,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CARRY = ROOT / ".gpu"  # what the device run needs from here: wheels, the tiny verifier, a ShareGPT slice
 WHEELS = ("speculators==0.9.0", "hs-connectors==0.9.0", "datasets==5.1.0", "dill==0.4.1", "multiprocess==0.70.19",
           "loguru==0.7.3", "pydantic==2.14.4", "pydantic-core==2.50.5", "pydantic-settings==2.16.3",
-          "python-dotenv==1.2.4", "annotated-types==0.8.0", "typing-inspection==0.4.5")  # absent from the image
+          "python-dotenv==1.2.4", "annotated-types==0.8.0", "typing-inspection==0.4.5",
+          # speculators.train.data imports openai: it and what it needs that the image lacks
+          "openai==3.63.0", "httpx2==2.17.0", "httpcore2==2.17.0", "truststore==0.10.5", "jiter==0.19.0",
+          "sniffio==1.3.1")  # absent from the device image (KINDS.md's package list), as this venv pins them
 SHARES = {"handoff": 0.4, "matrix": 0.3, "tests": 0.3}  # of --budget-s; the last stage takes what is left
 RTOL, ATOL = 2e-2, 1e-3
 SEQ, DATA_SEQ, VOCAB = 1024, 384, 512
