@@ -264,6 +264,16 @@ def test_missing_package_names_install_command(monkeypatch):
         conv.sharegpt_path()
 
 
+def test_a_sharegpt_slice_named_by_the_environment_replaces_the_package(tmp_path, monkeypatch):
+    whole = conv.read_sharegpt()
+    path = conv.write_sharegpt_slice(tmp_path / "sharegpt.json", 20)
+    monkeypatch.setenv(conv.SHAREGPT_ENV, str(path))
+    assert conv.sharegpt_path() == path and conv.read_sharegpt() == whole[:20]
+    monkeypatch.setenv(conv.SHAREGPT_ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(conv.ConversationError, match="is not a file"):
+        conv.sharegpt_path()
+
+
 def test_not_empty_dir_refused(tmp_path, tiny_verifier):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "notes.txt").write_text("mine")

@@ -11,6 +11,7 @@ from speculators.losses import resolve_loss_config
 from safetensors.torch import load_file, save_file
 from speculators.models.eagle3 import Eagle3DraftModel
 
+from conftest import NEEDS_FUSED_LOSS_UNDER_COMPILE
 from eagle3kit import cli
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.doctor.checks import check, check_data_dir
@@ -263,6 +264,7 @@ def test_cli_doctor_exit_code(capsys):
 
 @pytest.mark.cuda
 @NEEDS_CUDA
+@NEEDS_FUSED_LOSS_UNDER_COMPILE
 def test_doctor_on_cuda_recommends_simple_flex_and_its_training_step_runs():
     build = build_config(verifier="tiny", device="cuda")  # auto on CUDA + training
     assert build.attention.implementation == "simple_flex_attention"

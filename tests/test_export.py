@@ -65,6 +65,18 @@ def test_bfloat16_export(draft_with_vocab, tmp_path):
     assert draft_with_vocab.fc.weight.dtype == torch.float32  # the original is untouched
 
 
+def test_a_bfloat16_export_reloads_in_float32_and_decodes(draft_with_vocab, tmp_path, tiny_verifier):
+    """speculators' checkpointer saves bf16: evaluation reloads it in the verifier's float32."""
+    out = save_draft(draft_with_vocab, tmp_path / "bf16", dtype="bfloat16")
+    assert export.reload(out, dtype=torch.bfloat16).fc.weight.dtype == torch.bfloat16  # as saved
+    reloaded = export.reload(out)
+    assert reloaded.fc.weight.dtype == torch.float32
+    assert torch.equal(reloaded.fc.weight, draft_with_vocab.fc.weight.to(torch.bfloat16).float())
+    model, tok = load_model(tiny_verifier), load_tokenizer(tiny_verifier)
+    prompt = tok("The quick brown fox", return_tensors="pt")["input_ids"]
+    assert speculative_generate(model, reloaded, prompt, 8, k=2).rounds > 0  # a bf16 draft raised a dtype error
+
+
 def test_vllm_commands(smollm2, tmp_path):
     """``long`` is :func:`serve.serve_command` (the one home of the vLLM command), for a draft of SmolLM2, whose head
     size vLLM's CPU build serves; a real draft config, saved by speculators' save_pretrained."""

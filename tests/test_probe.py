@@ -36,6 +36,7 @@ def test_eager_and_sdpa_train_with_equal_loss(matrix):
         assert sdpa.token_agreement == 1.0
         assert eager["mask"] == "float additive" and sdpa["mask"] == "bool dense"
         assert sdpa.seconds > 0
+        assert eager.peak_bytes is None and sdpa.peak_bytes is None  # torch.cuda.max_memory_allocated: CUDA only
 
 
 def test_flex_backward_on_cpu_is_an_error_row_and_we_live_on(matrix):
@@ -106,4 +107,6 @@ def test_probe_on_cuda_trains_with_simple_flex_and_matches_eager():
         flex = _row(matrix, "simple_flex_attention", mode, 256)
         assert flex.status == "ok" and flex["mask"] == "BlockMask", matrix.to_string()
         assert flex.max_abs_dloss < 1e-3 and flex.token_agreement >= 0.99, matrix.to_string()
+    train, forward = (_row(matrix, "sdpa", mode, 256).peak_bytes for mode in ("forward+backward", "forward"))
+    assert train > forward > 0  # the step's own peak: gradients and saved activations only with backward
     assert recommend(matrix, training=True) in ("eager", "sdpa", "simple_flex_attention")

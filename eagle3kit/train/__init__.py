@@ -9,4 +9,5 @@
 ``overfit``     train on one conversation, then decode it with the draft
 ``measure``     measured CPU peaks (a training step, the loss alone): what ``eagle3kit.plan`` is checked against
 ``launch``      speculators ``TrainConfig`` YAML + the torchrun / FSDP command, and its dry run
+``handoff``     speculators' trainer run for real on that YAML, its per-step records read back, the same run's session
 """

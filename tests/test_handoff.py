@@ -1,0 +1,139 @@
+"""The hand-off run: the YAML ``eagle3kit launch`` writes gives a TrainSession the same run, speculators' trainer
+records are read back per TTT step and compared, and the trainer itself runs on a GPU (``pytest -m cuda``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from conftest import TINY_DATA_SEQ as SEQ
+from eagle3kit.cli import main
+from eagle3kit.errors import UserError
+from eagle3kit.train import handoff
+from eagle3kit.train.launch import LaunchPlan, dry_run, validate_yaml
+from eagle3kit.train.session import TrainSession, TrainSettings
+
+STEPS = 3
+
+
+def launch(tiny_data, out, *extra: str):
+    argv = ["launch", "--data", str(tiny_data), "--out", str(out), "--gpus", "1", "--total-seq-len", str(SEQ),
+            "--max-steps", str(STEPS), "--epochs", "1", "--warmup-steps", "0", *extra]
+    assert main(argv) == 0
+    return out / "run.yaml"
+
+
+def test_the_launch_yaml_gives_the_session_the_same_settings_and_draft(tiny_data, tmp_path, capsys):
+    path = launch(tiny_data, tmp_path, "--loss-implementation", "eager", "--hidden-states-dtype", "float32",
+                  "--optimizer", "muon", "--lr", "3e-4", "--seed", "7")
+    capsys.readouterr()
+    train = yaml.safe_load(path.read_text())["train"]
+    assert train["loss"]["loss_implementation"] == "eager" and train["data"]["hidden_states_dtype"] == "float32"
+    settings = handoff.session_settings(validate_yaml(path))
+    expected = TrainSettings(total_seq_len=SEQ, max_steps=STEPS, epochs=1, warmup_steps=0, loss_implementation="eager",
+                             hidden_states_dtype="float32", optimizer="muon", lr=3e-4, seed=7, muon_lr=3e-4)
+    assert TrainSettings(**settings) == expected
+    spec = handoff.session_draft(validate_yaml(path), device="cpu")
+    session = TrainSession(tiny_data, progress=False, **{**settings, "optimizer": "adamw"})  # the data's own draft
+    assert spec.aux_layer_ids == session.build.aux_layer_ids
+    assert spec.draft_vocab_size == session.build.config.draft_vocab_size
+    assert spec.attn_implementation == "simple_flex_attention"  # launch's GPU default, what speculators trains
+
+
+@pytest.mark.parametrize("key, value", [("scheduler_warmup_ratio", 0.1), ("muon_momentum", 0.9), ("epochs", 3)])
+def test_a_yaml_the_session_cannot_reproduce_is_refused(tiny_data, tmp_path, capsys, key, value):
+    path = launch(tiny_data, tmp_path, "--optimizer", "muon")
+    capsys.readouterr()
+    handoff.session_settings(validate_yaml(path))  # as written: reproducible
+    doc = yaml.safe_load(path.read_text())
+    group = {"scheduler_warmup_ratio": "scheduler", "muon_momentum": "optimizer", "epochs": "trainer"}[key]
+    doc["train"][group][key] = value
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(UserError, match=key):
+        handoff.session_settings(validate_yaml(path))
+
+
+def _log_like_speculators_trainer(records: list[dict]) -> None:
+    """What speculators' Trainer.train_epoch logs after each step (its message shape, its logger)."""
+    logger = logging.getLogger(handoff.METRICS_LOGGER)
+    for r in records:
+        train = {k: v for k, v in r.items() if k.split("_")[0] in ("loss", "full", "cond")}
+        logger.info({"train": train, "profile": None, "epoch": r["epoch"], "lr": {"AdamW": r["lr"]},
+                     "global_step": r["step"] - 1}, extra={"step": r["step"] - 1})
+
+
+def test_trainer_records_are_read_back_and_compared_per_ttt_step(tiny_data, tmp_path):
+    session = TrainSession(tiny_data, progress=False, total_seq_len=SEQ, max_steps=STEPS, warmup_steps=0)
+    records = session.run(STEPS)
+    path = tmp_path / "metrics.jsonl"
+    handler = handoff.MetricsFile(path)
+    logger = logging.getLogger(handoff.METRICS_LOGGER)
+    level = logger.level
+    logging.getLogger().addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        _log_like_speculators_trainer(records)
+        logging.getLogger(handoff.METRICS_LOGGER).info({"hparams": "not a step"})  # the run config: skipped
+    finally:
+        logging.getLogger().removeHandler(handler)
+        logger.setLevel(level)
+    theirs = handoff.read_metrics(path)
+    assert list(theirs["step"]) == [1, 2, 3] and list(theirs["lr"]) == [r["lr"] for r in records]
+    same = handoff.side_by_side(theirs, session.history_frame(), session.ttt_steps, rel=0.0, abs_tol=0.0)
+    assert len(same) == STEPS * session.ttt_steps and same["within"].all()
+    other = TrainSession(tiny_data, progress=False, total_seq_len=SEQ, max_steps=STEPS, warmup_steps=0, seed=1)
+    other.run(STEPS)
+    differ = handoff.side_by_side(theirs, other.history_frame(), session.ttt_steps, rel=1e-3, abs_tol=1e-4)
+    assert not differ["within"].all()
+    with pytest.raises(ValueError, match="loss_3"):
+        handoff.per_ttt_step(theirs, session.ttt_steps + 1)
+
+
+def test_the_seed_gives_the_draft_speculators_builds(tiny_data, tmp_path, capsys):
+    """speculators train --dry-run seeds and saves its draft (CPU): the session with the YAML's seed starts from it."""
+    path = launch(tiny_data, tmp_path, "--seed", "3")
+    config = validate_yaml(path)
+    plan = LaunchPlan(config, path, 1, False)
+    saved = dry_run(plan, tmp_path / "dry_run") / "model.safetensors"
+    settings = {**handoff.session_settings(config), "hidden_states_dtype": "float32", "loss_implementation": "eager"}
+    spec = dataclasses.replace(handoff.session_draft(config, "cpu"), attn_implementation="sdpa")
+    same = handoff.initial_weights(TrainSession(tiny_data, spec, progress=False, **settings).model, saved)
+    assert same["equal"] and same["tensors"] >= 10 and same["dtype"] == "torch.bfloat16"
+    other = TrainSession(tiny_data, spec, progress=False, **{**settings, "seed": 4}).model
+    assert not handoff.initial_weights(other, saved)["equal"]
+
+
+def test_no_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        handoff.last_checkpoint(tmp_path)
+
+
+@pytest.mark.skipif(torch.accelerator.is_available(), reason="this machine has an accelerator")
+def test_the_trainer_refuses_a_machine_without_an_accelerator(tiny_data, tmp_path, capsys):
+    path = launch(tiny_data, tmp_path)
+    with pytest.raises(UserError, match="needs an accelerator"):
+        handoff.run_trainer(path, tmp_path / "metrics.jsonl")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA")
+def test_speculators_trainer_and_the_session_train_the_same_run_on_cuda(tiny_data, tmp_path, capsys):
+    path = launch(tiny_data, tmp_path, "--loss-implementation", "eager")  # the fused loss needs torch >= 2.12
+    metrics = tmp_path / "metrics.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "eagle3kit.train.handoff", str(path), str(metrics)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = validate_yaml(path)
+    session = TrainSession(tiny_data, handoff.session_draft(config, "cuda"), progress=False,
+                           **handoff.session_settings(config))
+    session.run(STEPS)
+    table = handoff.side_by_side(handoff.read_metrics(metrics), session.history_frame(), session.ttt_steps,
+                                 rel=2e-2, abs_tol=1e-3)
+    assert len(table) == STEPS * session.ttt_steps and table["within"].all(), table.to_string()
+    assert (handoff.last_checkpoint(config.trainer.save_path) / "config.json").exists()
