@@ -67,6 +67,12 @@ def write_file(path: Path, hidden_states: torch.Tensor, token_ids: torch.Tensor)
                   str(tmp))
 
 
+def stored_bytes(tokens: int, n_states: int, hidden: int, dtype: str) -> int:
+    """Bytes the hidden-state files of ``tokens`` tokens take: ``[seq, n_states, hidden]`` in ``dtype`` plus the
+    int64 token ids (safetensors headers aside)."""
+    return tokens * (n_states * hidden * getattr(torch, dtype).itemsize + 8)
+
+
 def remove_partial(hs_dir: Path) -> int:
     """Delete temporary files a killed run left behind; return how many."""
     stale = list(hs_dir.glob(".hs_*.tmp-*")) if hs_dir.exists() else []

@@ -26,6 +26,7 @@ from speculators.train.config import TrainConfig
 from speculators.train.config.resolution import DECODER_SHAPING_FLAGS
 from speculators.train.config.schema import nest_flat
 
+from eagle3kit import validate
 from eagle3kit.atomic import write_text
 from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 from eagle3kit.errors import UserError
@@ -129,8 +130,7 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
 
     ``options`` go to :func:`flat_config` (attention, dtype, loss implementation, workers, verifier path).
     """
-    if n_gpus < 1:
-        raise UserError(f"n_gpus={n_gpus}: use 1 or more GPUs (e.g. `--gpus 8`).")
+    validate.check("n_gpus", n_gpus, "e.g. `--gpus 8`.")
     attn = options.get("attn_implementation", "simple_flex_attention")
     if attn == "simple_flex_attention":
         check_block_size(settings.total_seq_len, draft_ttt_steps(build.config))
