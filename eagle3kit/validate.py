@@ -138,14 +138,19 @@ def problem(name: str, value: Any, rule: Rule | None = None) -> str | None:
 
 
 def check(name: str, value: Any, fix: str = "") -> Any:
-    """``value`` when its rule allows it; else a :class:`UserError` naming it, what is allowed and ``fix``."""
+    """``value`` when its rule allows it; else a :class:`UserError` naming it, what is allowed and ``fix`` (by
+    default the option of that name with an allowed value, e.g. ``--draft-arch llama``)."""
     why = problem(name, value)
     if why:
-        raise UserError(why + (f"; {fix}" if fix else "."))
+        rule = rule_for(name)
+        example = rule.choices[0] if rule.choices else f"{rule.minimum:g}" if rule.minimum is not None else None
+        flag = "--" + name.replace("_", "-")
+        fix = fix or (f"e.g. `{flag} {example}`." if example else f"pass such a value to `{flag}`.")
+        raise UserError(f"{why}; {fix}")
     return value
 
 
-def check_all(values: Mapping[str, Any], fix: str = "") -> None:
+def check_all(values: Mapping[str, Any]) -> None:
     """:func:`check` every value of ``values`` that has a rule."""
     for name, value in values.items():
-        check(name, value, fix)
+        check(name, value)

@@ -17,7 +17,11 @@ from eagle3kit.outputs import OutputError, check_output
 # options that name a place the command writes (dest -> a folder (True) or a file (False)), and that name inputs
 OUTPUTS: dict[str, bool] = {"out": True, "out_dir": True, "save": True, "export": True, "path": True, "workdir": True,
                             "out_path": False, "plot": False}
-INPUTS: tuple[str, ...] = ("data", "source", "resume", "draft")
+INPUTS: dict[str, str] = {  # dest -> how to make what it names
+    "data": "make a data directory with `eagle3kit data --out DIR`",
+    "source": "pass a JSONL file of conversations, or leave it out for ShareGPT V3",
+    "resume": "pass a checkpoint folder written by `eagle3kit train ... --save DIR`",
+    "draft": "pass a draft exported by `eagle3kit train ... --export DIR`"}
 
 
 class InputMissing(FileNotFoundError):
@@ -47,7 +51,7 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         if rule is not None and not rule.fits(value):
             raise UserError(f"{flag} {value}: use {rule.allowed()}; see `eagle3kit {args.command} --help`.")
         if dest in INPUTS and not os.path.exists(value):
-            raise InputMissing(f"{flag} {value}: no such file or folder; check the path.")
+            raise InputMissing(f"{flag} {value}: no such file or folder; {INPUTS[dest]}.")
         if dest in OUTPUTS:
             check_output(value, flag, folder=OUTPUTS[dest])
 

@@ -160,7 +160,7 @@ def resolve_aux_layer_ids(verifier: Verifier | str, ids: list[int] | None = None
 
 
 def _check_spec(spec: DraftSpec, vocab: int) -> None:
-    validate.check_all(dataclasses.asdict(spec), "set it in the DraftSpec (the command's option of that name).")
+    validate.check_all(dataclasses.asdict(spec))
     check_draft_vocab_size(spec.draft_vocab_size, vocab)
 
 

@@ -68,9 +68,10 @@ def check_block_size(total_seq_len: int, ttt_steps: int) -> None:
 
 def check_layout(total_seq_len: int, ttt_steps: int, sliding_window: int | None) -> None:
     """Raise one clear sentence for a sequence length, TTT step count or window that cannot work."""
-    for name, value in (("total_seq_len", total_seq_len), ("ttt_steps", ttt_steps)):
-        if why := validate.problem(name, value):
-            raise MaskInputError(f"{why}.")
+    if not isinstance(total_seq_len, int) or total_seq_len < 1:  # a mask of any length (training needs more)
+        raise MaskInputError(f"total_seq_len must be a positive integer, got {total_seq_len!r}.")
+    if why := validate.problem("ttt_steps", ttt_steps):
+        raise MaskInputError(f"{why}.")
     if sliding_window is not None and (not isinstance(sliding_window, int) or sliding_window < 1):
         raise MaskInputError(f"sliding_window must be a positive integer or None, got {sliding_window!r}.")
     check_block_size(total_seq_len, ttt_steps)

@@ -105,7 +105,7 @@ class TrainSession:
         self.settings = TrainSettings(**settings).resolved(self.device)
         s = self.settings
         optimizer_args(s)  # an unknown optimizer is refused before anything is built
-        validate.check_all(dataclasses.asdict(s), "set it in TrainSettings (the option of that name, e.g. `--lr`).")
+        validate.check_all(dataclasses.asdict(s))
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = draft_ttt_steps(self.build.config)
