@@ -234,3 +234,37 @@ def test_the_hidden_state_size_is_what_a_file_takes(tmp_path):
     hs.write_file(path, torch.zeros(tokens, states, hidden, dtype=torch.bfloat16), torch.arange(tokens))
     estimate = hs.stored_bytes(tokens, states, hidden, "bfloat16")
     assert estimate <= path.stat().st_size < estimate + 512  # the rest is the safetensors header
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 64 KiB file system (tmpfs) to run out of room on; skipped where this user cannot mount one."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True)
+    if made.returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_training_without_room_for_its_checkpoint_is_refused_before_a_step(tiny_data, small_disk, capsys):
+    argv = ["train", "--data", str(tiny_data), "--device", "cpu", "--total-seq-len", "256", "--steps", "1"]
+    err = refused(capsys, [*argv, "--save", str(small_disk / "ck")])
+    assert "--save" in err and "needs about" in err
+    err = refused(capsys, [*argv, "--export", str(small_disk / "draft")])
+    assert "--export" in err and "needs about" in err
+    assert list(small_disk.iterdir()) == []
+
+
+def test_data_without_room_for_its_hidden_states_is_refused_before_the_verifier_loads(small_disk, capsys):
+    """The size follows from the token count, known once the conversations are tokenized (seconds, kept: a rerun
+    resumes from there); the refusal comes then, before the verifier loads and any hidden state is written."""
+    out = small_disk / "d"
+    assert main(["data", "--verifier", "tiny", "--out", str(out), "--n-conversations", "4", "--seq-length", "256",
+                 "--held-out", "0", "--verify", "0"]) == 2
+    captured = capsys.readouterr()
+    last = captured.err.strip().splitlines()[-1].split("\r")[-1]
+    assert last.startswith("eagle3kit: out_dir") and "needs about" in last and "Traceback" not in captured.err
+    assert captured.out == "" and "extract" not in captured.err
+    assert not list((out / "hidden_states").glob("*")) if (out / "hidden_states").exists() else True
