@@ -203,13 +203,12 @@ def test_the_presets_and_defaults_pass_every_notebook(preset, tmp_path):
 
 
 def test_issue_cases_through_a_real_process(tmp_path):
-    """The issue's cases as a user types them: exit status 2, one line, no traceback, nothing made."""
+    """The issue's cases as a user types them: exit status 2, one line, no traceback, nothing made (a handful: each
+    process imports torch; the walk above runs every case in-process)."""
     (tmp_path / "f").write_text("x")
     cases = [["run-notebooks", "--preset", "ci", "--set", "ttt_steps=abc", "--out", str(tmp_path / "r")],
-             ["run-notebooks", "--preset", "ci", "--set", "n_conversations=-3", "--out", str(tmp_path / "r")],
              ["data", "--out", str(tmp_path / "f" / "sub")],
-             ["train", "--data", str(tmp_path), "--save", str(tmp_path / "f" / "sub")],
-             ["train", "--data", str(tmp_path), "--export", str(tmp_path / "f" / "sub")]]
+             ["train", "--data", str(tmp_path), "--save", str(tmp_path / "f" / "sub")]]
     for argv in cases:
         proc = subprocess.run([sys.executable, "-m", "eagle3kit.cli", *argv], capture_output=True, text=True,
                               cwd=tmp_path)
