@@ -86,7 +86,7 @@ RULES: dict[str, Rule] = {
     "max_steps": _at_least(0, "0 or none: epochs x batches", none=True),
     "warmup_steps": _at_least(0, "none: 1% of the schedule", none=True),
     "scheduler_type": Rule(str, choices=("linear", "cosine", "none")),
-    "ttt_step_loss_decay": _positive(),
+    "ttt_step_loss_decay": Rule(float, minimum=0),
     "train_data_ratio": Rule(float, above=0, maximum=1),
     "hidden_states_dtype": Rule(str, choices=("auto", "native", *FLOAT_DTYPES)),
     "checkpoint_every": _at_least(1, none=True),
