@@ -10,6 +10,7 @@ import warnings
 import torch
 
 from eagle3kit.errors import UserError
+from eagle3kit.validate import FLOAT_DTYPES  # noqa: F401  (its home is the rules; imported from here too)
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -28,7 +29,6 @@ def native_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-FLOAT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")  # what hidden states are stored and trained in
 
 
 def native_dtype(device: str) -> str:

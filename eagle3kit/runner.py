@@ -12,9 +12,10 @@ from pathlib import Path
 import pandas as pd
 import papermill
 
-from eagle3kit import presets
+from eagle3kit import params, presets
 from eagle3kit.atomic import write_text
 from eagle3kit.errors import UserError
+from eagle3kit.outputs import check_output
 from eagle3kit.tables import markdown_table
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
@@ -82,6 +83,15 @@ def check_parameters(paths: list[Path], preset: str, overrides: dict) -> None:
                             + "; fix eagle3kit/presets.py or the notebook's parameters cell.")
 
 
+def check_values(paths: list[Path], preset: str, overrides: dict, workdir: Path) -> None:
+    """Refuse, before anything runs, a value that a notebook's parameter type or the library's rule for it does not
+    allow (:mod:`eagle3kit.params`), naming the notebook, the parameter, the value and where it came from."""
+    for path in paths:
+        sources = {**dict.fromkeys(presets.parameters(preset, path.name[:2]), f"the preset {preset!r}"),
+                   **dict.fromkeys(overrides, "--set")}
+        params.check_values(path, notebook_parameters(path, preset, overrides, workdir), sources)
+
+
 def notebook_parameters(path: Path, preset: str, overrides: dict, workdir: Path) -> dict:
     """What the runner passes to one notebook: the typed defaults, then the preset, then the overrides, restricted
     to the names its parameters cell declares."""
@@ -121,11 +131,13 @@ def run_notebooks(
     presets.parameters(preset, "00")  # fail early on an unknown preset
     out = Path(out_dir).resolve()
     workdir = out / "work"
-    workdir.mkdir(parents=True, exist_ok=True)
     paths = notebooks(notebook_dir, select)
     if not paths:
         raise FileNotFoundError(f"No notebooks matched {select or 'NN_*.ipynb'} in {notebook_dir or NOTEBOOK_DIR}.")
     check_parameters(paths, preset, overrides or {})
+    check_values(paths, preset, overrides or {}, workdir)
+    check_output(out, "out_dir")
+    workdir.mkdir(parents=True, exist_ok=True)
     results: list[NotebookResult] = []
     for i, path in enumerate(paths, 1):
         target = out / path.name

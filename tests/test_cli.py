@@ -197,11 +197,13 @@ def test_install_vllm_of_a_finished_environment_returns_at_once(tmp_path, capsys
 
 
 def test_vllm_check_user_errors_are_one_line(smollm2, tmp_path, capsys, monkeypatch):
-    """A draft dir without config.json; a real (SmolLM2) draft config with no prompts, then no vLLM environment."""
+    """A missing draft dir; one without config.json; a real (SmolLM2) draft config with no prompts, then no vLLM environment."""
     from eagle3kit.draft.config import build_config, save_config
     from eagle3kit.evaluate.vllm.env import VENV_VAR
 
-    assert "no config.json" in one_line_error(capsys, ["vllm-check", "--draft", str(tmp_path / "nothing")])
+    assert "no such file or folder" in one_line_error(capsys, ["vllm-check", "--draft", str(tmp_path / "nothing")])
+    (tmp_path / "empty").mkdir()
+    assert "no config.json" in one_line_error(capsys, ["vllm-check", "--draft", str(tmp_path / "empty")])
     draft = save_config(build_config(verifier="smollm2", ttt_steps=2, device="cpu"), tmp_path / "draft")
     monkeypatch.setenv(VENV_VAR, str(tmp_path / "no-env"))
     err = one_line_error(capsys, ["vllm-check", "--draft", str(draft), "--data", str(tmp_path)])

@@ -186,7 +186,7 @@ def test_document_ids_tensor_input():
     ({"lengths": [100, -4], "total_seq_len": 256}, "length #1 is -4"),
     ({"lengths": [100], "total_seq_len": 300}, "multiple of 128 such as 384"),
     ({"lengths": [50], "total_seq_len": 64}, "fails at TTT step 1"),
-    ({"lengths": [50], "total_seq_len": 256, "ttt_steps": 0}, "ttt_steps must be a positive integer"),
+    ({"lengths": [50], "total_seq_len": 256, "ttt_steps": 0}, "ttt_steps=0: use an integer >= 1"),
     ({"lengths": [50], "total_seq_len": 256, "sliding_window": 0}, "sliding_window must be a positive integer"),
     ({"document_ids": torch.tensor([0, 0, -2])}, "ids >= 0, -1 for padding"),
     ({}, "Pass either document lengths or a document_ids tensor"),

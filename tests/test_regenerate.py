@@ -90,7 +90,7 @@ def test_prompt_turns_and_bad_input(tiny_verifier, tmp_path):
     assert conv.prompt_turns([{"role": "user", "content": "  "}]) is None
     sharegpt = {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "u"}]}
     assert conv.prompt_turns(sharegpt) == turns[1:3] and conv.prompt_turns("u") == turns[2:3]
-    with pytest.raises(ValueError, match="must be >= 1"):
+    with pytest.raises(ValueError, match="n_conversations=0: use an integer >= 1"):
         regenerate(tiny_verifier, tmp_path / "x.jsonl", n_conversations=0)
     src = tmp_path / "one.jsonl"
     src.write_text(2 * (json.dumps({"messages": [{"role": "user", "content": "hi"},

@@ -5,6 +5,7 @@ Each subcommand is a thin wrapper over a library function; a stage's commands li
 (06); :mod:`eagle3kit.cli.args` builds options from typed fields and signatures.
 
 ``args``      options built from typed fields and signatures, the parser that prints one-line errors
+``preflight`` every option checked before a command starts: values by their rule, inputs, output places
 ``draft``     ``config``, ``doctor``, ``probe``, ``masks`` (notebooks 01-03)
 ``train``     ``regenerate``, ``data``, ``train``, ``overfit``, ``launch`` (04-05)
 ``evaluate``  ``evaluate``, ``install-vllm``, ``vllm-check`` (06)
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from eagle3kit.cli import args as cli_args
 from eagle3kit.cli import draft as cli_draft
 from eagle3kit.cli import evaluate as cli_evaluate
+from eagle3kit.cli import preflight as cli_preflight
 from eagle3kit.cli import train as cli_train
 from eagle3kit.errors import is_user_error
 
@@ -102,8 +104,10 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     warnings.formatwarning = _one_line_warning
-    args = build_parser(argv[0] if argv else "").parse_args(argv)
+    parser = build_parser(argv[0] if argv else "")
+    args = parser.parse_args(argv)
     try:
+        cli_preflight.check(parser, args)  # values, inputs and output places, before the command starts
         return args.func(args)
     except Exception as exc:
         if not is_user_error(exc):

@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 from eagle3kit.cli.args import as_typed, given, given_params, settings_options, signature_options
+from eagle3kit.cli.preflight import room_for_training
 from eagle3kit.errors import UserError
 
 
@@ -143,6 +144,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         args.save = args.save or args.resume  # a resumed run goes on checkpointing where it was
     else:
         session = TrainSession(args.data, _run_spec(args), **given(args, TrainSettings))
+    room_for_training(args, session)  # the checkpoint and export fit, before any step
     records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every)
     cols = ["step", "loss"] + [f"{m}_{k}" for m in ("full_acc", "cond_acc") for k in range(session.ttt_steps)]
     history = session.history_frame()

@@ -45,9 +45,11 @@ from tqdm.auto import tqdm
 from eagle3kit.data import conversations as conv
 from eagle3kit.data import hidden_states as hs
 from eagle3kit.data import vocab
+from eagle3kit import validate
 from eagle3kit.data.directory import HIDDEN_STATES, MANIFEST, DataDir, DataError, Manifest, Request, verifier_identity
-from eagle3kit.device import FLOAT_DTYPES, native_dtype, resolve_device
+from eagle3kit.device import native_dtype, resolve_device
 from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
+from eagle3kit.outputs import check_output
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
 
@@ -164,10 +166,8 @@ def build_dataset(
     overwrite: bool = False,
 ) -> DatasetInfo:
     """Conversations -> verifier hidden states -> speculators' data directory (resumable; see the module doc)."""
-    if dtype not in (*FLOAT_DTYPES, "native"):
-        raise DataError(f"dtype={dtype!r}: use 'float32', 'bfloat16', 'float16' or 'native'.")
-    if n_conversations < 1 or seq_length < 2 or held_out < 0 or batch_size < 1:
-        raise DataError("n_conversations and batch_size must be >= 1, seq_length >= 2 and held_out >= 0.")
+    validate.check_all({"dtype": dtype, "n_conversations": n_conversations, "seq_length": seq_length,
+                        "held_out": held_out, "batch_size": batch_size, "draft_vocab_size": draft_vocab_size})
     v = resolve(verifier)
     text = v.text_config
     aux = resolve_aux_layer_ids(v, aux_layer_ids)
@@ -208,7 +208,9 @@ def build_dataset(
     for i in state["bad"]:
         hs.hs_path(hs_dir, i).unlink(missing_ok=True)
     stats = {"written": 0, "tokens_per_s": (manifest.extraction or {}).get("tokens_per_s")}
-    if state["missing"]:
+    if state["missing"]:  # the token count is known now: is there room for the files, before the verifier loads?
+        check_output(out, "out_dir", need_bytes=sum(hs.sample_file_bytes(
+            len(samples[i]), text.hidden_size, len(aux) + 1, getattr(torch, dtype).itemsize) for i in state["missing"]))
         model = load_model(v, dtype=dtype, device=device)
         stats = hs.extract_to_files(model, samples, hs_dir, aux, set(state["missing"]), batch_size,
                                     getattr(torch, dtype), device, progress)

@@ -13,6 +13,7 @@ Each file holds ``hidden_states`` ``[seq, n_aux + 1, hidden]`` and ``token_ids``
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +66,32 @@ def write_file(path: Path, hidden_states: torch.Tensor, token_ids: torch.Tensor)
     with atomic_file(path) as tmp:
         save_file({"hidden_states": hidden_states.contiguous(), "token_ids": token_ids.to(torch.long).contiguous()},
                   str(tmp))
+
+
+INT64 = 8  # token_ids are stored as int64
+SAFETENSORS_DTYPE = {1: "U8", 2: "BF16", 4: "F32", 8: "F64"}
+
+
+def hidden_state_bytes_per_token(hidden: int, n_states: int, width: int) -> int:
+    """Payload bytes per token of the stored states: ``n_states`` (aux layers + last) x ``hidden`` x ``width``."""
+    return n_states * hidden * width
+
+
+def safetensors_header_bytes(tokens: int, hidden: int, n_states: int, width: int) -> int:
+    """The header of one sample's file: an 8-byte length, then safetensors' JSON padded to 8 bytes."""
+    ids = tokens * INT64
+    header = {"token_ids": {"dtype": "I64", "shape": [tokens], "data_offsets": [0, ids]},
+              "hidden_states": {"dtype": SAFETENSORS_DTYPE.get(width, "F16"), "shape": [tokens, n_states, hidden],
+                                "data_offsets": [ids, ids + tokens * n_states * hidden * width]}}
+    text = len(json.dumps(header, separators=(",", ":")))
+    return 8 + -(-text // 8) * 8
+
+
+def sample_file_bytes(tokens: int, hidden: int, n_states: int, width: int) -> int:
+    """One ``hs_{i}.safetensors`` file of ``tokens`` tokens (what :func:`write_file` writes; ``eagle3kit.plan`` and
+    the data command's disk check use it)."""
+    payload = tokens * (hidden_state_bytes_per_token(hidden, n_states, width) + INT64)
+    return payload + safetensors_header_bytes(tokens, hidden, n_states, width)
 
 
 def remove_partial(hs_dir: Path) -> int:

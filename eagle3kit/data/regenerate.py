@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from eagle3kit import validate
 from eagle3kit.atomic import write_text
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.generate import greedy_replies
@@ -53,8 +54,8 @@ def regenerate(
     progress: bool = True,
 ) -> RegenInfo:
     """Write ``n_conversations`` conversations whose reply is the verifier's greedy answer (resumable)."""
-    if n_conversations < 1 or max_new_tokens < 1 or max_prompt_tokens < 1 or batch_size < 1:
-        raise ValueError("n_conversations, max_new_tokens, max_prompt_tokens and batch_size must be >= 1.")
+    validate.check_all({"n_conversations": n_conversations, "max_new_tokens": max_new_tokens,
+                        "max_prompt_tokens": max_prompt_tokens, "batch_size": batch_size})
     v = resolve(verifier)
     out = Path(out_path)
     partial = out.with_name(out.name + ".partial")

@@ -21,6 +21,7 @@ from speculators.proposals.greedy import GreedyTokenProposalConfig
 from speculators.train.cli import create_transformer_layer_config
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from eagle3kit import validate
 from eagle3kit.atomic import atomic_dir
 from eagle3kit.device import resolve_device
 from eagle3kit.errors import UserError
@@ -139,7 +140,7 @@ def _layer_config(verifier: Verifier, spec: DraftSpec):
 
 def check_draft_vocab_size(size: int | None, vocab: int) -> None:
     """A draft vocabulary must be 1..the verifier's vocab (None: the verifier's whole vocab)."""
-    if size is not None and not 0 < size <= vocab:
+    if size is not None and not (validate.RULES["draft_vocab_size"].fits(size) and size <= vocab):
         raise UserError(f"draft_vocab_size={size} must be in 1..{vocab} (the verifier's vocab); pass e.g. "
                         f"`--draft-vocab-size {min(vocab, 2048)}`, or leave it out for the verifier's whole vocab.")
 
@@ -159,14 +160,7 @@ def resolve_aux_layer_ids(verifier: Verifier | str, ids: list[int] | None = None
 
 
 def _check_spec(spec: DraftSpec, vocab: int) -> None:
-    if spec.draft_arch not in ("llama", "qwen3"):
-        raise UserError(f"draft_arch={spec.draft_arch!r}: vLLM serves EAGLE-3 drafts of 'llama' or 'qwen3' only; "
-                        "use `--draft-arch llama` or `--draft-arch qwen3`.")
-    if spec.num_layers < 1:
-        raise UserError(f"num_layers={spec.num_layers}: a draft needs at least one decoder layer; use "
-                        "`--num-layers 1`.")
-    if spec.ttt_steps < 1:
-        raise UserError(f"ttt_steps={spec.ttt_steps}: use 1 or more test-time-training steps (e.g. `--ttt-steps 3`).")
+    validate.check_all(dataclasses.asdict(spec))
     check_draft_vocab_size(spec.draft_vocab_size, vocab)
 
 

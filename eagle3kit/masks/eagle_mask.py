@@ -26,6 +26,7 @@ import torch
 from speculators.models.eagle3.attention import create_combined_mask_mod, extend_mask_for_draft_tokens
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
+from eagle3kit import validate
 from eagle3kit.errors import UserError
 from eagle3kit.masks.pooling import block_table, grid_counts, sum_pool
 
@@ -67,10 +68,10 @@ def check_block_size(total_seq_len: int, ttt_steps: int) -> None:
 
 def check_layout(total_seq_len: int, ttt_steps: int, sliding_window: int | None) -> None:
     """Raise one clear sentence for a sequence length, TTT step count or window that cannot work."""
-    if not isinstance(total_seq_len, int) or total_seq_len < 1:
+    if not isinstance(total_seq_len, int) or total_seq_len < 1:  # a mask of any length (training needs more)
         raise MaskInputError(f"total_seq_len must be a positive integer, got {total_seq_len!r}.")
-    if not isinstance(ttt_steps, int) or ttt_steps < 1:
-        raise MaskInputError(f"ttt_steps must be a positive integer (3 is speculators' default), got {ttt_steps!r}.")
+    if why := validate.problem("ttt_steps", ttt_steps):
+        raise MaskInputError(f"{why}.")
     if sliding_window is not None and (not isinstance(sliding_window, int) or sliding_window < 1):
         raise MaskInputError(f"sliding_window must be a positive integer or None, got {sliding_window!r}.")
     check_block_size(total_seq_len, ttt_steps)

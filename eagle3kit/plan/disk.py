@@ -9,17 +9,16 @@ The few-kilobyte metadata files (manifests, ``token_freq.pt``, ``held_out.jsonl`
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
 from eagle3kit.data.directory import DataDir
+from eagle3kit.data.hidden_states import (INT64, hidden_state_bytes_per_token, safetensors_header_bytes,  # noqa: F401
+                                         sample_file_bytes)
 
-INT64 = 8
 ARROW_ROW = INT64 + 2 * 4  # seq_len (int64) and one int32 list offset per list column
 ARROW_TOKEN = 4 + INT64  # input_ids (int32: datasets' optimized type for that column name) and loss_mask (int64)
 NPY_HEADER = 128
-SAFETENSORS_DTYPE = {1: "U8", 2: "BF16", 4: "F32", 8: "F64"}
 
 
 @dataclass(frozen=True)
@@ -38,27 +37,6 @@ def data_token_stats(data_dir: str | os.PathLike | DataDir) -> TokenStats:
     """The token statistics of a data directory made by ``eagle3kit data`` (from its manifest's counts)."""
     counts = DataDir.open(data_dir).require_manifest().counts
     return TokenStats(counts["n_samples"], counts["tokens"])
-
-
-def hidden_state_bytes_per_token(hidden: int, n_states: int, width: int) -> int:
-    """Payload bytes per token of the stored states: ``n_states`` (aux layers + last) x ``hidden`` x ``width``."""
-    return n_states * hidden * width
-
-
-def safetensors_header_bytes(tokens: int, hidden: int, n_states: int, width: int) -> int:
-    """The header of one sample's file: an 8-byte length, then safetensors' JSON padded to 8 bytes."""
-    ids = tokens * INT64
-    header = {"token_ids": {"dtype": "I64", "shape": [tokens], "data_offsets": [0, ids]},
-              "hidden_states": {"dtype": SAFETENSORS_DTYPE.get(width, "F16"), "shape": [tokens, n_states, hidden],
-                                "data_offsets": [ids, ids + tokens * n_states * hidden * width]}}
-    text = len(json.dumps(header, separators=(",", ":")))
-    return 8 + -(-text // 8) * 8
-
-
-def sample_file_bytes(tokens: int, hidden: int, n_states: int, width: int) -> int:
-    """One ``hs_{i}.safetensors`` file of ``tokens`` tokens."""
-    payload = tokens * (hidden_state_bytes_per_token(hidden, n_states, width) + INT64)
-    return payload + safetensors_header_bytes(tokens, hidden, n_states, width)
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,18 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def weights_bytes(model: torch.nn.Module) -> int:
+    """The bytes of ``model``'s trained weights in float32: the least its export takes."""
+    return sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
+
+
+def checkpoint_bytes(model: torch.nn.Module) -> int:
+    """The least a checkpoint of ``model`` takes: all its weights as stored, plus one optimizer state per trained
+    weight (AdamW keeps two, Muon one)."""
+    stored = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    return stored + weights_bytes(model)
+
+
 def save_checkpoint(
     directory: str | os.PathLike,
     model: torch.nn.Module,

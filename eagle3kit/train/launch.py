@@ -25,6 +25,7 @@ from speculators.train.config import TrainConfig
 from speculators.train.config.resolution import DECODER_SHAPING_FLAGS
 from speculators.train.config.schema import nest_flat
 
+from eagle3kit import validate
 from eagle3kit.atomic import write_text
 from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 from eagle3kit.errors import UserError
@@ -132,8 +133,7 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     anything is written, a run that will not fit a ``gpu`` (a name of :data:`eagle3kit.plan.gpus.GPUS`; default an
     H100-80GB) or the disk under ``out_dir`` is warned about (:mod:`eagle3kit.plan.fit`).
     """
-    if n_gpus < 1:
-        raise UserError(f"n_gpus={n_gpus}: use 1 or more GPUs (e.g. `--gpus 8`).")
+    validate.check("n_gpus", n_gpus, "e.g. `--gpus 8`.")
     attn = options.get("attn_implementation", "simple_flex_attention")
     if attn == "simple_flex_attention":
         check_block_size(settings.total_seq_len, draft_ttt_steps(build.config))

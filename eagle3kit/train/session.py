@@ -24,12 +24,13 @@ from speculators.losses import resolve_loss_config
 from speculators.train.utils import normalize_counted_metrics
 from tqdm.auto import tqdm
 
+from eagle3kit import validate
 from eagle3kit.data.directory import DataDir
-from eagle3kit.errors import UserError
 from eagle3kit.data.vocab import build_for_data
-from eagle3kit.device import FLOAT_DTYPES, native_dtype, warn_if_bf16_emulated
+from eagle3kit.device import native_dtype, warn_if_bf16_emulated
 from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps, spec_from_saved
 from eagle3kit.draft.model import save_draft
+from eagle3kit.errors import UserError
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
 from eagle3kit.train.loop import make_optimizers, make_schedulers, optimizer_args
@@ -107,12 +108,7 @@ class TrainSession:
         self.settings = TrainSettings(**settings).resolved(self.device)
         s = self.settings
         optimizer_args(s)  # an unknown optimizer is refused before anything is built
-        if s.total_seq_len < 2:
-            raise UserError(f"total_seq_len={s.total_seq_len} is too short; use at least a few hundred tokens "
-                            "(e.g. `--total-seq-len 1024`).")
-        if s.hidden_states_dtype not in FLOAT_DTYPES:
-            raise UserError(f"hidden_states_dtype={s.hidden_states_dtype!r} is not one of 'auto', 'native', "
-                            f"{', '.join(map(repr, FLOAT_DTYPES))}; e.g. `--hidden-states-dtype float32`.")
+        validate.check_all(dataclasses.asdict(s))
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = draft_ttt_steps(self.build.config)
