@@ -144,8 +144,8 @@ def read_data_dir(data_dir: str | os.PathLike, draft_vocab_size: int | None = No
 
 
 def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | None = None,
-                       data_dir: str | os.PathLike | None = None, k: int | None = None, measure: bool = True, n_prompts: int = 4,
-                       max_new_tokens: int = 32) -> list:
+                       data_dir: str | os.PathLike | None = None, k: int | None = None, measure: bool = True,
+                       n_prompts: int = 4, max_new_tokens: int = 32) -> list:
     """Every check of a draft folder, each guarded (a check that cannot run is a finding itself).
 
     ``verifier``: a name or directory (default: the one the config names). ``data_dir``: also compare the aux layer

@@ -76,7 +76,8 @@ def verdict(k: int, steps: int | None, agreement: Agreement, text: TextAgreement
     """The short verdict: each line one reason τ is low (or why it is what it is), with what to do."""
     first = Agreement.first(agreement.draft)
     out = [f"τ {agreement.draft.tau:.2f} of a possible {k + 1} (untrained draft: {agreement.untrained.tau:.2f}); "
-           f"the first draft token is accepted {first:.0%} of the time."]
+           f"the first draft token is accepted {first:.0%} of the time; held-out loss {agreement.draft_loss:.3g} "
+           f"(untrained: {agreement.untrained_loss:.3g})."]
     if not agreement.trained:
         out.append("The draft predicts the verifier no better than an untrained draft: its weights are an "
                    "initialisation or were lost on export (run `eagle3kit doctor --draft DIR`).")
