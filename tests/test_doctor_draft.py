@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from packaging.version import Version
 from safetensors.torch import load_file, save_file
 
 from eagle3kit.cli import main
 from eagle3kit.data.vocab import load_mapping
+from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.draft_folder import NotADraftError, check_draft_folder, locate
 from eagle3kit.doctor.findings import format_findings
 from eagle3kit.doctor.low_tau import why_low_tau
@@ -243,24 +245,30 @@ def test_the_fused_loss_under_compile_on_old_torch_is_named_from_versions():
     assert not version_findings(torch_version="2.12.0", cuda=True)
     assert not version_findings(torch_version="2.11.0", cuda=True, loss="eager")
     assert not version_findings(torch_version="2.11.0", cuda=False)  # speculators compiles only with CUDA
+    on_this_machine = [f.check for f in check(build_config(verifier="tiny").config, device="cuda")]
+    assert ("versions" in on_this_machine) == (Version(torch.__version__.split("+")[0]) < Version("2.12"))
 
 
 @pytest.mark.cuda
 @pytest.mark.catalogue("fused-loss-compile-torch211")
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA")
 def test_the_fused_loss_under_compile_fails_exactly_when_the_doctor_says(tiny_data):
-    from eagle3kit.data.loader import make_loader
-
-    build = build_config(verifier="tiny", device="cuda")
-    model = build_model(build).cuda()
-    batch = {k: v.cuda() for k, v in next(iter(make_loader(tiny_data, TINY_DATA_SEQ))).items()}
-    predicted = bool(version_findings())
+    """On a GPU: one training step with speculators' fused loss in its compiled forward fails with the dynamo error
+    exactly when the version finding predicts it (torch < 2.12)."""
+    spec = DraftSpec(verifier="tiny", draft_vocab_size=TINY_DATA_VOCAB, device="cuda")
+    session = TrainSession(tiny_data, spec, progress=False, total_seq_len=TINY_DATA_SEQ, warmup_steps=0,
+                           loss_implementation="fused")
+    predicted = any(f.check == "versions" and "fused loss" in f.what for f in version_findings(loss="fused"))
+    failed = False
     try:
-        _tokens, loss, _ = model(**batch, ttt_steps=3, loss_config=None)  # speculators' default: fused, compiled
-        loss.backward()
-        failed = False
+        session.run(1)
     except Exception as exc:  # noqa: BLE001 - the dynamo failure is what is measured
-        failed = "already tracked for mutation" in str(exc)
+        chain = []
+        while exc is not None:
+            chain.append(str(exc))
+            exc = exc.__cause__ or exc.__context__
+        failed = any("tracked for mutation" in text for text in chain)
+        assert failed, chain[0]  # another failure is not the one the finding predicts
     assert failed == predicted
 
 
