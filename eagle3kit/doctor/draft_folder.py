@@ -19,7 +19,7 @@ from speculators import SpeculatorModel
 from speculators.models.eagle3 import Eagle3SpeculatorConfig
 
 from eagle3kit.data.loader import held_out_conversations
-from eagle3kit.data.manifest import check_compatible, require_manifest
+from eagle3kit.data.manifest import require_manifest
 from eagle3kit.data.vocab import load_mapping
 from eagle3kit.errors import UserError
 from eagle3kit.logs import quiet
@@ -138,7 +138,6 @@ def read_data_dir(data_dir: str | os.PathLike, draft_vocab_size: int | None = No
     t2d = d2t = None
     if draft_vocab_size is not None and draft_vocab_size < vocab:
         t2d, d2t = load_mapping(data_dir, draft_vocab_size, vocab)
-    check_compatible(data_dir)
     return DataFacts(m["verifier"].get("path") or m["verifier"]["name"], list(m["aux_layer_ids"]), t2d, d2t,
                      held_out_conversations(data_dir))
 
