@@ -3,7 +3,7 @@
 ``checks``            ``check(subject)`` -> findings (every check guarded); ``check_data_dir``
 ``attention_checks``  mask kind vs backend, flex on CPU, BlockMask length, fused loss; ``SET_ATTN``, ``CONSUMES``
 ``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch, vLLM head sizes
-``draft_folder``      ``check_draft_folder(DIR)``: any speculators-format draft folder (``doctor --draft``); ``read_data_dir``
+``draft_folder``      ``check_draft_folder(DIR)``: any speculators-format draft folder (``doctor --draft``)
 ``folder_checks``     a folder's method fields, tensors, saved vocab mapping, embedding, k vs TTT steps, context, data
 ``trained``           trained or an initialisation, by measurement against untrained drafts of the same shape
 ``versions``          version traps decided from version numbers (fused loss under compile, transformers floor)
