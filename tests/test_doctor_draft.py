@@ -230,7 +230,7 @@ def test_served_k_beyond_the_trained_ttt_steps_is_named(trained, tmp_path):
     assert not [f for f in check_draft_folder(out, measure=False) if f.check == "steps"]
 
 
-@pytest.mark.catalogue("vllm-cpu-head-dim")
+@pytest.mark.catalogue("vllm-cpu-head-dim")  # its row came into main from another branch
 def test_a_head_dim_vllms_cpu_build_cannot_serve_is_a_warning_on_a_folder(trained):
     found = [f for f in check_draft_folder(trained, measure=False) if f.check == SERVING]
     assert [(f.severity, f.what) for f in found] == [("warning", "vLLM's CPU build cannot serve head_dim=16; GPU "
