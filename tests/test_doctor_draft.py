@@ -86,6 +86,19 @@ def test_a_fresh_export_of_a_trained_draft_is_sound(trained, tiny_data):
     assert [f.what for f in found if f.check == "trained"] == ["the weights are trained"]
 
 
+def test_a_bfloat16_folder_is_sound_too(trained, tmp_path):
+    """What `speculators train` saves: bfloat16 tensors, config dtype bfloat16."""
+    def bf16(t):
+        for name in t:
+            t[name] = t[name].bfloat16() if t[name].is_floating_point() else t[name]
+
+    def dtype(cfg):
+        cfg["dtype"] = "bfloat16"
+    found = check_draft_folder(broken(trained, tmp_path, config=dtype, tensors=bf16), **FAST)
+    assert checks(found) == {SERVING}, format_findings(found)
+    assert [f.what for f in found if f.check == "trained"] == ["the weights are trained"]
+
+
 @pytest.mark.catalogue("conversion-random-weights")
 def test_an_initialisation_saved_as_a_draft_is_named_by_measurement(untrained, trained):
     found = check_draft_folder(untrained, **FAST)

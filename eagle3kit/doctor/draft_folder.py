@@ -112,12 +112,13 @@ def resolve_verifier(folder: DraftFolder, verifier: str | os.PathLike | None) ->
 
 def load_draft(folder: DraftFolder, config: Eagle3SpeculatorConfig, verifier: Verifier):
     """The draft through speculators' ``SpeculatorModel.from_pretrained``, its verifier-owned weights from
-    ``verifier`` (sdpa attention, as the CPU decode loop needs)."""
+    ``verifier`` (sdpa attention, as the CPU decode loop needs), in float32 like the verifier the doctor runs
+    (a bfloat16 folder would not take float32 hidden states)."""
     config = copy.deepcopy(config)
     config.speculators_config.verifier.name_or_path = verifier.path
     config.transformer_layer_config._attn_implementation = "sdpa"  # noqa: SLF001
     with quiet():
-        return SpeculatorModel.from_pretrained(str(folder.path), config=config).eval()
+        return SpeculatorModel.from_pretrained(str(folder.path), config=config).float().eval()
 
 
 @dataclass
