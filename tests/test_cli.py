@@ -197,7 +197,7 @@ def test_install_vllm_of_a_finished_environment_returns_at_once(tmp_path, capsys
 
 
 def test_vllm_check_user_errors_are_one_line(smollm2, tmp_path, capsys, monkeypatch):
-    """A missing draft dir; one without config.json; a real (SmolLM2) draft config with no prompts, then no vLLM environment."""
+    """A missing draft dir; one without config.json; a real (SmolLM2) draft config with no prompts; no vLLM env."""
     from eagle3kit.draft.config import build_config, save_config
     from eagle3kit.evaluate.vllm.env import VENV_VAR
 

@@ -46,6 +46,32 @@ def doctor_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", action="store_true", help="also build the model and check its weights")
     p.add_argument("--data", default=None, help="also check a data directory's hidden-state files and convention")
     p.add_argument("--long", action="store_true", help="one block per finding instead of a table")
+    p.add_argument("--draft", metavar="DIR", default=None,
+                   help="check a trained draft folder (an export, a `speculators train` output, a downloaded draft) "
+                   "against its verifier (--verifier overrides the one its config names) and --data")
+    p.add_argument("--why-tau", action="store_true", help="with --draft: measure why its tau is low (acceptance per "
+                   "position, the untrained baseline, the dataset's text vs the verifier's, k vs TTT steps)")
+    p.add_argument("--no-measure", action="store_true",
+                   help="with --draft: skip the measurement that tells trained weights from an initialisation")
+
+
+def cmd_doctor_draft(args: argparse.Namespace) -> int:
+    """``doctor --draft DIR``: the folder's findings, then (``--why-tau``) the tau verdict."""
+    from eagle3kit.doctor.draft_folder import check_draft_folder  # lazy: torch + speculators take seconds to import
+    from eagle3kit.doctor.findings import findings_table, format_findings, has_errors
+    from eagle3kit.tables import format_table, terminal_width
+
+    verifier = getattr(args, "verifier", None)
+    findings = check_draft_folder(args.draft, verifier, args.data, measure=not args.no_measure)
+    print(format_findings(findings, terminal_width()) if args.long else findings_table(findings))
+    if args.why_tau:
+        from eagle3kit.doctor.low_tau import why_low_tau
+
+        report = why_low_tau(args.draft, verifier, args.data)
+        print()
+        print(format_table(report.table()))
+        print("\n".join(textwrap.fill(line, terminal_width()) for line in report.verdict))
+    return 1 if has_errors(findings) else 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -56,6 +82,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from eagle3kit.draft.model import build_model
     from eagle3kit.tables import terminal_width
 
+    if args.draft:
+        return cmd_doctor_draft(args)
     spec = DraftSpec(**given(args, DraftSpec), device="cpu")
     build = build_config(spec)
     if args.attn != "auto":  # set it raw, so that the doctor (not the builder) judges it

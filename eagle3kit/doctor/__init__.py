@@ -3,6 +3,11 @@
 ``checks``            ``check(subject)`` -> findings (every check guarded); ``check_data_dir``; ``trainer_findings``
 ``attention_checks``  mask vs backend, flex on CPU, BlockMask length and memory, fused loss; ``SET_ATTN``, ``CONSUMES``
 ``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch, vLLM head sizes
+``draft_folder``      ``check_draft_folder(DIR)``: any speculators-format draft folder (``doctor --draft``)
+``folder_checks``     a folder's method fields, tensors, saved vocab mapping, embedding, k vs TTT steps, context, data
+``trained``           trained or an initialisation, by measurement against untrained drafts of the same shape
+``versions``          version traps decided from version numbers (fused loss under compile, transformers floor)
+``low_tau``           ``why_low_tau(DIR)``: why a draft's tau is low, as a short verdict (``doctor --draft --why-tau``)
 ``findings``          :class:`Finding` and its table / terminal renderings
 ``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
 ``probe``             the measured backend matrix, each cell in a subprocess

@@ -21,6 +21,7 @@ from eagle3kit.doctor.facts import attention_facts, doctor_subject
 from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.doctor.findings import Finding
 from eagle3kit.doctor.model_checks import batch_findings, serving_findings, shape_findings, weight_findings
+from eagle3kit.doctor.versions import version_findings
 
 
 def check(subject, batch: dict | None = None, device: str = "auto", training: bool = True, loss="auto",
@@ -59,6 +60,9 @@ def check(subject, batch: dict | None = None, device: str = "auto", training: bo
     guarded("attention", lambda: facts.update(attention_facts(s)) or attention_findings(
         facts, device, training, seq_len, steps))
     guarded("loss", lambda: loss_findings(device, training, loss))
+    if not isinstance(loss, dict):  # "auto" is fused on CUDA; the version traps of the loss it will run
+        guarded("versions", lambda: version_findings(cuda=device.startswith("cuda"),
+                                                     loss="fused" if loss in ("auto", "fused", None) else loss))
     guarded("weights", lambda: weight_findings(s))
     guarded("shapes", lambda: shape_findings(s))
     guarded("serving", lambda: serving_findings(s))

@@ -1,0 +1,217 @@
+"""Open any speculators-format draft folder (an eagle3kit export, a ``speculators train`` output, a downloaded draft)
+and check it: ``check_draft_folder(path, verifier=None, data_dir=None)`` -> findings.
+
+What a data directory holds (aux layer ids, vocab mapping, verifier, held-out conversations) is read through one
+adapter, :func:`read_data_dir`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from speculators import SpeculatorModel
+from speculators.models.eagle3 import Eagle3SpeculatorConfig
+
+from eagle3kit.data.loader import held_out_conversations
+from eagle3kit.data.directory import DataDir
+from eagle3kit.data.vocab import load_mapping
+from eagle3kit.errors import UserError
+from eagle3kit.logs import quiet
+from eagle3kit.verifier import Verifier, resolve
+
+CONFIG = "config.json"
+BEST = "checkpoint_best"  # speculators train: a symlink to the best epoch's folder
+RUN_FILE = "run.yaml"  # speculators train: the resolved run config, next to the epoch folders
+
+
+class NotADraftError(UserError):
+    """A folder that holds no speculators-format draft."""
+
+
+@dataclass
+class DraftFolder:
+    """A draft folder as found on disk: its raw config, its tensors, and the run that trained it when recorded."""
+
+    path: Path
+    raw: dict
+    tensors: dict[str, torch.Tensor]
+    run: dict = field(default_factory=dict)  # speculators' run.yaml (flattened keys), {} when absent
+
+
+def locate(path: str | os.PathLike) -> Path:
+    """The folder holding the draft's config.json: ``path`` itself, or in a ``speculators train`` output folder its
+    ``checkpoint_best``, else its last epoch folder."""
+    root = Path(path)
+    if not root.is_dir():
+        raise NotADraftError(f"{root} is not a folder; pass the draft's folder (with config.json and "
+                             "model.safetensors).")
+    if (root / CONFIG).exists():
+        return root
+    if (root / BEST / CONFIG).exists():
+        return (root / BEST).resolve()
+    epochs = sorted((int(p.name), p) for p in root.iterdir() if p.name.isdigit() and (p / CONFIG).exists())
+    if epochs:
+        return epochs[-1][1]
+    raise NotADraftError(f"{root} holds no draft: no config.json (nor a speculators train checkpoint folder); pass "
+                         "the folder an export or `speculators train` wrote.")
+
+
+def _flatten(tree: dict, out: dict | None = None) -> dict:
+    out = {} if out is None else out
+    for key, value in tree.items():
+        _flatten(value, out) if isinstance(value, dict) else out.setdefault(key, value)
+    return out
+
+
+def read_run(draft_dir: Path) -> dict:
+    """speculators train's run.yaml (in the draft folder or its parent), flattened to its leaf keys; {} if none."""
+    import yaml  # lazy: only speculators outputs have one
+
+    for folder in (draft_dir, draft_dir.parent):
+        if (folder / RUN_FILE).exists():
+            return _flatten(yaml.safe_load((folder / RUN_FILE).read_text()) or {})
+    return {}
+
+
+def open_draft(path: str | os.PathLike) -> DraftFolder:
+    """Read a draft folder's config and tensors; a folder that is not a draft raises :class:`NotADraftError`."""
+    import json
+
+    folder = locate(path)
+    try:
+        raw = json.loads((folder / CONFIG).read_text())
+    except json.JSONDecodeError as exc:
+        raise NotADraftError(f"{folder / CONFIG} is not JSON ({exc}); it is not a draft's config.") from exc
+    if "speculators_model_type" not in raw:
+        raise NotADraftError(f"{folder / CONFIG} has no speculators_model_type: not a speculators-format draft "
+                             "(convert it with `speculators convert`, or pass the draft's folder).")
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise NotADraftError(f"{folder} has a draft config but no *.safetensors weights; copy the whole folder.")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        tensors.update(load_file(str(f)))
+    return DraftFolder(folder, raw, tensors, read_run(folder))
+
+
+def resolve_verifier(folder: DraftFolder, verifier: str | os.PathLike | None) -> Verifier:
+    """``verifier`` (a name or a directory), else the one the draft's config names; a :class:`UserError` if it
+    cannot be read locally."""
+    named = ((folder.raw.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+    wanted = verifier if verifier is not None else named
+    if wanted is None:
+        raise UserError(f"{folder.path / CONFIG} names no verifier (speculators_config.verifier); pass --verifier.")
+    return resolve(wanted)
+
+
+def load_draft(folder: DraftFolder, config: Eagle3SpeculatorConfig, verifier: Verifier):
+    """The draft through speculators' ``SpeculatorModel.from_pretrained``, its verifier-owned weights from
+    ``verifier`` (sdpa attention, as the CPU decode loop needs), in float32 like the verifier the doctor runs
+    (a bfloat16 folder would not take float32 hidden states)."""
+    config = copy.deepcopy(config)
+    config.speculators_config.verifier.name_or_path = verifier.path
+    config.transformer_layer_config._attn_implementation = "sdpa"  # noqa: SLF001
+    with quiet():
+        return SpeculatorModel.from_pretrained(str(folder.path), config=config).float().eval()
+
+
+@dataclass
+class DataFacts:
+    """What the doctor needs of a data directory."""
+
+    verifier: str
+    aux_layer_ids: list[int]
+    t2d: torch.Tensor | None  # the mapping for the draft's vocab size; None when the draft uses the full vocab
+    d2t: torch.Tensor | None
+    conversations: list[list[dict]]  # held out of training
+
+
+def read_data_dir(data_dir: str | os.PathLike, draft_vocab_size: int | None = None) -> DataFacts:
+    """The one adapter between the doctor and a data directory (its manifest, mapping and held-out conversations)."""
+    d = DataDir.open(data_dir)
+    m = d.require_manifest()
+    vocab = m.verifier.vocab_size
+    t2d = d2t = None
+    if draft_vocab_size is not None and draft_vocab_size < vocab:
+        t2d, d2t = load_mapping(d, draft_vocab_size, vocab)
+    return DataFacts(m.verifier.path or m.verifier.name, list(m.aux_layer_ids), t2d, d2t, held_out_conversations(d))
+
+
+def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | None = None,
+                       data_dir: str | os.PathLike | None = None, k: int | None = None, measure: bool = True,
+                       n_prompts: int = 4, max_new_tokens: int = 32) -> list:
+    """Every check of a draft folder, each guarded (a check that cannot run is a finding itself).
+
+    ``verifier``: a name or directory (default: the one the config names). ``data_dir``: also compare the aux layer
+    ids and vocab mapping with the data's, and take the held-out prompts from it. ``k``: the
+    served speculative tokens (default: the config's). ``measure``: decide "trained or
+    an initialisation" from the draft's agreement with the verifier against an untrained draft of the same shape.
+    A folder that is not a draft raises :class:`NotADraftError`.
+    """
+    from eagle3kit.doctor import folder_checks as fc  # lazy: the checks import the verifier's and data's stages
+    from eagle3kit.doctor.findings import Finding, has_errors
+    from eagle3kit.doctor.model_checks import serving_findings, shape_findings
+    from eagle3kit.doctor.facts import DoctorSubject
+    from eagle3kit.doctor.trained import trained_findings
+    from eagle3kit.doctor.versions import version_findings
+
+    folder = open_draft(path)
+    findings: list[Finding] = []
+
+    def guarded(name: str, fn: Callable[[], list[Finding]]) -> None:
+        try:
+            findings.extend(fn())
+        except Exception as exc:  # a broken folder must give a finding, never a crash
+            findings.append(Finding("error", f"{name} check could not run", f"{type(exc).__name__}: {exc}"[:300],
+                                    "the folder's config or tensors are not what speculators writes", name))
+
+    guarded("method", lambda: fc.method_findings(folder))
+    guarded("tensors", lambda: fc.nonfinite_findings(folder))
+    try:
+        config = Eagle3SpeculatorConfig.from_pretrained(str(folder.path))
+    except Exception as exc:
+        return findings + [Finding("error", "the draft's config.json does not load as an Eagle3SpeculatorConfig",
+                                   f"{type(exc).__name__}: {exc}"[:300], "re-export the draft with speculators' "
+                                   "save_pretrained (eagle3kit: TrainSession.export)", "config")]
+    try:
+        v = resolve_verifier(folder, verifier)
+    except Exception as exc:
+        return findings + [Finding("error", "the verifier cannot be found", f"{type(exc).__name__}: {exc}"[:300],
+                                   "pass --verifier DIR (a local model directory)", "verifier")]
+    guarded("layout", lambda: fc.layout_findings(folder, config))
+    guarded("shape", lambda: [f for f in shape_findings(DoctorSubject(config, None, v)) if f.check != "vocab"])
+    guarded("serving", lambda: serving_findings(DoctorSubject(config, None, v)))
+    guarded("vocab", lambda: fc.mapping_file_findings(folder, config))
+    guarded("steps", lambda: fc.steps_findings(folder, config, k))
+    guarded("context", lambda: fc.context_findings(config, v))
+    data = None
+    if data_dir is not None:
+        try:
+            data = read_data_dir(data_dir, config.draft_vocab_size)
+        except Exception as exc:
+            findings.append(Finding("error", f"data directory {data_dir} cannot be read", f"{exc}"[:300],
+                                    "pass a directory made by `eagle3kit data`", "data"))
+        if data is not None:
+            guarded("data", lambda: fc.data_findings(folder, config, v, data))
+    guarded("versions", version_findings)
+    if has_errors([f for f in findings if f.check in ("config", "shape", "layout", "vocab")]):
+        return findings  # the weights would not load, or load into the wrong places: the measurement would mislead
+    model = None
+    try:
+        model = load_draft(folder, config, v)
+    except Exception as exc:
+        findings.append(Finding("error", "speculators cannot load the draft", f"{type(exc).__name__}: {exc}"[:300],
+                                "re-export the draft with speculators' save_pretrained", "load"))
+    if model is None:
+        return findings
+    guarded("embedding", lambda: fc.embedding_findings(folder, v))
+    if measure and v.has_weights:
+        guarded("trained", lambda: trained_findings(model, v, data.conversations if data else None,
+                                                    n_prompts, max_new_tokens))
+    return findings

@@ -1,0 +1,116 @@
+"""Why is my τ low? From a draft folder + a data directory (or prompts): acceptance per draft position on the
+verifier's own continuations, the untrained baseline, the draft's agreement with the verifier on the dataset's text
+against on the verifier's continuations, and served k against the trained TTT steps, as a short verdict.
+
+``why_low_tau(draft_dir, verifier=None, data_dir=None, prompts=None)`` -> :class:`TauReport` (``.table()``,
+``.verdict``); the CLI: ``eagle3kit doctor --draft DIR --why-tau [--data DIR]``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+from eagle3kit.data.conversations import prompt_turns, turns_of
+from eagle3kit.doctor.draft_folder import load_draft, open_draft, read_data_dir, resolve_verifier
+from eagle3kit.doctor.folder_checks import trained_steps
+from eagle3kit.doctor.trained import Agreement, measure
+from eagle3kit.draft.config import draft_ttt_steps
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.verifier import load_model, load_tokenizer
+
+SHIFT = 0.15  # agreement on the dataset's text this much above agreement on the verifier's own text: a shift
+VERIFIER_LIKE = 0.5  # the verifier predicts at least this share of a dataset's reply tokens when it wrote them
+
+
+@dataclass
+class TextAgreement:
+    """On the dataset's replies (teacher-forced): how often the draft's first token is the verifier's next token,
+    how often the verifier's next token is the dataset's, over ``tokens`` reply tokens."""
+
+    draft_vs_verifier: float
+    verifier_vs_text: float
+    tokens: int
+
+
+@dataclass
+class TauReport:
+    k: int
+    trained_steps: int | None
+    agreement: Agreement  # the draft and its untrained twin on the verifier's greedy continuations
+    text: TextAgreement | None  # on the dataset's replies (None without a data directory)
+    verdict: list[str] = field(default_factory=list)
+
+    def table(self) -> pd.DataFrame:
+        """τ and the acceptance rate per draft position (given the earlier ones accepted), draft and untrained."""
+        return ev.summary_table({"draft": self.agreement.draft, "untrained draft": self.agreement.untrained})
+
+
+def text_agreement(verifier_model, tokenizer, draft, conversations, n: int, max_tokens: int) -> TextAgreement:
+    """Teacher-forced on the first reply of ``n`` conversations (prompt with the chat template + the reply text)."""
+    same = right = total = 0
+    for conversation in conversations[:n]:
+        turns, prompt = turns_of(conversation), prompt_turns(conversation)
+        reply = next((t["content"] for t in turns[len(prompt or []):] if t["role"] == "assistant"), None)
+        if not prompt or not reply:
+            continue
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt",
+                                            return_dict=True)["input_ids"][0].tolist()
+        start = len(ids)
+        ids += tokenizer(reply, add_special_tokens=False)["input_ids"][:max_tokens]
+        seq = torch.tensor([ids])
+        with torch.no_grad():
+            nxt = verifier_model(input_ids=seq).logits[0].argmax(-1)  # nxt[j] predicts token j + 1
+        guess = ev.teacher_forced_draft_tokens(verifier_model, draft, seq, 1)[0]  # guess[j] predicts token j + 2
+        for t in range(max(start, 2), len(ids)):
+            same += int(guess[t - 2]) == int(nxt[t - 1])
+            right += int(nxt[t - 1]) == ids[t]
+            total += 1
+    return TextAgreement(same / total if total else float("nan"), right / total if total else float("nan"), total)
+
+
+def verdict(k: int, steps: int | None, agreement: Agreement, text: TextAgreement | None) -> list[str]:
+    """The short verdict: each line one reason τ is low (or why it is what it is), with what to do."""
+    first = Agreement.first(agreement.draft)
+    out = [f"τ {agreement.draft.tau:.2f} of a possible {k + 1} (untrained draft: {agreement.untrained.tau:.2f}); "
+           f"the first draft token is accepted {first:.0%} of the time; held-out loss {agreement.draft_loss:.3g} "
+           f"(untrained: {agreement.untrained_loss:.3g})."]
+    if not agreement.trained:
+        out.append("The draft predicts the verifier no better than an untrained draft: its weights are an "
+                   "initialisation or were lost on export (run `eagle3kit doctor --draft DIR`).")
+    if steps is not None and k > steps:
+        out.append(f"Served k={k} but trained for {steps} TTT steps: positions {steps + 1}..{k} were never trained; "
+                   f"serve k <= {steps} or train with --ttt-steps {k}.")
+    if text is not None and text.draft_vs_verifier - first > SHIFT and text.verifier_vs_text < VERIFIER_LIKE:
+        out.append(f"Trained on text the verifier would not write: the verifier predicts only "
+                   f"{text.verifier_vs_text:.0%} of the dataset's reply tokens; on that text the draft matches the "
+                   f"verifier {text.draft_vs_verifier:.0%} of the time, on the verifier's own replies {first:.0%}. "
+                   "Regenerate the replies with the verifier (`eagle3kit regenerate`), then rebuild the data.")
+    if len(out) == 1:
+        out.append("Nothing is miswired: τ is what this much training gives; more data and steps raise it.")
+    return out
+
+
+def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None = None,
+                data_dir: str | os.PathLike | None = None, prompts: list | None = None, k: int | None = None,
+                n_prompts: int = 8, max_new_tokens: int = 48) -> TauReport:
+    """Measure why a draft's τ is what it is. ``prompts``: conversations or strings (default: the data
+    directory's held-out conversations, else built-in questions); ``k``: the served k (default: the config's)."""
+    folder = open_draft(draft_dir)
+    v = resolve_verifier(folder, verifier)
+    from speculators.models.eagle3 import Eagle3SpeculatorConfig
+
+    config = Eagle3SpeculatorConfig.from_pretrained(str(folder.path))
+    draft = load_draft(folder, config, v)
+    k = k or draft_ttt_steps(config)
+    data = read_data_dir(data_dir, config.draft_vocab_size) if data_dir is not None else None
+    model = load_model(v)
+    conversations = prompts or (data.conversations if data else None)
+    agreement = measure(draft, v, conversations, n_prompts, max_new_tokens, k, verifier_model=model)
+    text = (text_agreement(model, load_tokenizer(v), draft, data.conversations, n_prompts, max_new_tokens)
+            if data is not None and data.conversations else None)
+    steps = trained_steps(folder)
+    return TauReport(k, steps, agreement, text, verdict(k, steps, agreement, text))
