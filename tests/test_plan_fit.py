@@ -40,6 +40,16 @@ def test_launch_is_silent_on_the_demo_sized_run(build, tiny_data, tmp_path):
         launch.write_plan(build, settings, tiny_data, tmp_path / "run", n_gpus=1)
 
 
+@pytest.mark.catalogue("eager-loss-memory")
+def test_the_eager_loss_does_not_fit_where_the_fused_one_does(tmp_path):
+    """speculators PR 951's case at Llama-3.1-8B's shapes: the full 128K vocabulary, 8192 tokens, one A100-40GB."""
+    full = build_config(verifier="llama-3.1-8b", draft_vocab_size=None, device="cpu")
+    eager = run_problems(full, 8192, "eager", "adamw", 1, tmp_path, n_gpus=1, gpu="A100-40GB")
+    assert len(eager) == 1 and "GB per GPU" in eager[0] and "or the fused loss" in eager[0]
+    assert run_problems(full, 8192, "fused", "adamw", 1, tmp_path, n_gpus=1, gpu="A100-40GB") == []
+    assert run_problems(full, 4096, "eager", "adamw", 1, tmp_path, n_gpus=1, gpu="A100-40GB") == []
+
+
 def test_disk_for_checkpoints_is_checked(build, tmp_path):
     assert run_problems(build, 1024, "fused", "adamw", 20, tmp_path) == []
     problems = run_problems(build, 1024, "fused", "adamw", 10**12, tmp_path)

@@ -255,6 +255,7 @@ def test_training_without_room_for_its_checkpoint_is_refused_before_a_step(tiny_
     assert list(small_disk.iterdir()) == []
 
 
+@pytest.mark.catalogue("hidden-states-disk")
 def test_data_without_room_for_its_hidden_states_is_refused_before_the_verifier_loads(small_disk, capsys):
     """The size follows from the token count, known once the conversations are tokenized (seconds, kept: a rerun
     resumes from there); the refusal comes then, before the verifier loads and any hidden state is written."""

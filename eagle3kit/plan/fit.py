@@ -7,6 +7,7 @@ import shutil
 import warnings
 from pathlib import Path
 
+from eagle3kit.outputs import nearest_existing
 from eagle3kit.plan import memory
 from eagle3kit.plan.gpus import resolve_gpu
 from eagle3kit.plan.shapes import draft_shape
@@ -16,10 +17,7 @@ DEFAULT_GPU = "H100-80GB"
 
 def _free_bytes(path: str | os.PathLike) -> float:
     """Free bytes on the file system that will hold ``path`` (its nearest existing parent)."""
-    p = Path(path).resolve()
-    while not p.exists():
-        p = p.parent
-    return shutil.disk_usage(p).free
+    return shutil.disk_usage(nearest_existing(Path(path).resolve())).free
 
 
 def run_problems(build, total_seq_len: int, loss_implementation: str, optimizer: str, epochs: int,
