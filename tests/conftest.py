@@ -11,6 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from eagle3kit.data.dataset import build_dataset  # noqa: E402
+from eagle3kit.doctor.versions import fused_loss_compiles  # noqa: E402
 from eagle3kit.verifier import resolve  # noqa: E402
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -41,14 +42,7 @@ def tiny_data(tmp_path_factory):
     return out
 
 
-def fused_loss_compiles() -> bool:
-    """Whether speculators' fused (Triton) loss runs inside its ``torch.compile``d forward on CUDA: not with torch <
-    2.12, where dynamo traces the autotuned kernel's ``configs`` list twice (pytorch issue 177600, fixed by PR
-    177874). The one home of this test skip; the doctor states the same rule for users."""
-    return torch.__version__ >= (2, 12)
-
-
-NEEDS_FUSED_LOSS_UNDER_COMPILE = pytest.mark.skipif(
+NEEDS_FUSED_LOSS_UNDER_COMPILE = pytest.mark.skipif(  # the doctor's rule (eagle3kit.doctor.versions), as a skip
     not fused_loss_compiles(),
     reason=f"speculators' fused loss under torch.compile fails on CUDA with torch {torch.__version__} < 2.12 "
            "(pytorch issue 177600); the eager loss trains there")

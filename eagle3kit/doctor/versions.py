@@ -22,6 +22,11 @@ EAGER_LOSS_FIX = ('resolve_loss_config("kl_div", "eager") as loss_config (specul
                   "--loss-implementation eager), or torch >= 2.12")
 
 
+def fused_loss_compiles(torch_version: str | None = None) -> bool:
+    """Whether speculators' fused loss runs inside its compiled forward on CUDA with this torch (default: ours)."""
+    return Version((torch_version or torch.__version__).split("+")[0]).release >= COMPILE_FIXED_IN.release
+
+
 def floor(package: str, dist: str = "eagle3kit") -> Version | None:
     """The lowest version of ``package`` that ``dist`` declares it needs (None: no floor)."""
     for line in importlib.metadata.requires(dist) or []:
@@ -42,7 +47,7 @@ def version_findings(torch_version: str | None = None, transformers_version: str
     cuda = torch.cuda.is_available() if cuda is None else cuda
     compiled = cuda if compiled is None else compiled
     out = []
-    if cuda and compiled and loss in ("fused", None) and tv.release < COMPILE_FIXED_IN.release:
+    if cuda and compiled and loss in ("fused", None) and not fused_loss_compiles(str(tv)):
         out.append(Finding("error", f"torch {tv} + CUDA + speculators' fused loss under torch.compile",
                            "dynamo fails inside the compiled forward ('ListVariable ... is already tracked for "
                            "mutation') when the autotuned loss kernel runs once per TTT step (pytorch issue 177600, "
