@@ -3,6 +3,7 @@
 ``checks``            ``check(subject)`` -> findings (every check guarded); ``check_data_dir``; ``trainer_findings``
 ``attention_checks``  mask vs backend, flex on CPU, BlockMask length and memory, fused loss; ``SET_ATTN``, ``CONSUMES``
 ``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch, vLLM head sizes
+``data_checks``       what a data directory supervises: loss mask, template, aux slices, vocab (``check_data_dir``)
 ``findings``          :class:`Finding` and its table / terminal renderings
 ``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
 ``probe``             the measured backend matrix, each cell in a subprocess
