@@ -3,7 +3,8 @@
     .venv/bin/python bench/overfit_verdict.py --out /tmp/overfit-bench [--cases multi_system aux_late ...]
 
 Each case runs :func:`eagle3kit.train.overfit.overfit` with its defaults on one conversation; a miswired case breaks
-the one-conversation data directory before training the way a miswired pipeline would (``prepare``). One JSON line per
+the one-conversation data directory before training the way a miswired pipeline would (``prepare``, with
+:mod:`eagle3kit.data.breakages`). One JSON line per
 case is appended to ``OUT/results.jsonl`` (τ, accepted per round, the training accuracy per TTT step at the last step,
 loss first/last) and a table is printed with the verdict's numbers: the mean draft tokens accepted per round against
 the number the draft's own training accuracy predicts (``expected_accepted``).
@@ -17,14 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from safetensors.torch import load_file, save_file
 
 from eagle3kit.data import conversations as conv
-from eagle3kit.data import vocab
-from eagle3kit.data.directory import DataDir
-from eagle3kit.data.hidden_states import extract, final_norm
+from eagle3kit.data.breakages import aux_one_layer_late, d2t_all_zero, last_state_normed
 from eagle3kit.train.overfit import overfit
-from eagle3kit.verifier import load_model
 
 
 def multi_turn_source(path: Path) -> Path:
@@ -43,47 +40,10 @@ def multi_turn_source(path: Path) -> Path:
     return path
 
 
-def _rewrite_states(data: DataDir, fn) -> None:
-    for path in data.hidden_state_files():
-        t = load_file(str(path))
-        t["hidden_states"] = fn(t)
-        save_file(t, str(path))
-
-
-def aux_late(data: DataDir) -> None:
-    """Aux states captured one layer late (the output of layer i instead of its input)."""
-    model = load_model(data.verifier_ref)
-    aux = data.aux_layer_ids
-
-    def late(t):
-        h = t["hidden_states"].clone()
-        h[:, :-1] = extract(model, t["token_ids"][None], [i + 1 for i in aux])[0, :, :-1].to(h.dtype)
-        return h
-    _rewrite_states(data, late)
-
-
-def last_normed(data: DataDir) -> None:
-    """The last state stored after the final norm (transformers' hidden_states[-1])."""
-    norm = final_norm(load_model(data.verifier_ref))
-
-    def normed(t):
-        h = t["hidden_states"].clone()
-        h[:, -1] = norm(h[:, -1]).detach()
-        return h
-    _rewrite_states(data, normed)
-
-
-def d2t_zero(data: DataDir) -> None:
-    """An all-zero d2t (SafeAILab/EAGLE issue 222): draft id i decodes as verifier id i."""
-    for n in data.draft_vocab_sizes:
-        d2t_path = vocab.mapping_paths(data.path, n)[0]
-        np.save(d2t_path, np.zeros_like(np.load(d2t_path)))
-
-
 CASES = {
     "sharegpt_0": ({}, None), "sharegpt_1": ({"seed": 1}, None), "short_reply": ({"reply_tokens": 16}, None),
     "long_reply": ({"reply_tokens": 128}, None), "multi_system": ({"source": "MULTI"}, None),
-    "aux_late": ({}, aux_late), "last_normed": ({}, last_normed), "d2t_zero": ({}, d2t_zero),
+    "aux_late": ({}, aux_one_layer_late), "last_normed": ({}, last_state_normed), "d2t_zero": ({}, d2t_all_zero),
 }
 
 

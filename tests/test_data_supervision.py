@@ -7,17 +7,15 @@ import json
 import shutil
 
 import pytest
-import torch
 from datasets import load_from_disk
-from safetensors.torch import load_file, save_file
 
 from eagle3kit.data import conversations as conv
 from eagle3kit.data import vocab
+from eagle3kit.data.breakages import aux_one_layer_late, last_state_normed
 from eagle3kit.data.dataset import _write_arrow, build_dataset, training_rows
 from eagle3kit.data.directory import MANIFEST, DataDir
-from eagle3kit.data.hidden_states import extract, final_norm
 from eagle3kit.doctor.checks import check_data_dir
-from eagle3kit.verifier import load_model, load_tokenizer
+from eagle3kit.verifier import load_tokenizer
 
 VOCAB = 8
 SETTINGS = dict(n_conversations=4, seq_length=160, held_out=0, draft_vocab_size=VOCAB, progress=False, batch_size=4)
@@ -124,10 +122,10 @@ def test_rows_with_nothing_supervised_are_named(copy, tiny_verifier):
 @pytest.mark.catalogue("template-mismatch")
 def test_rows_rendered_with_another_chat_template_are_named(copy, tiny_verifier):
     tokenizer = load_tokenizer(tiny_verifier)
-    head = "message['role'] + '\\n' + message['content']"
+    head = "message['role'] + '\n' + message['content']"  # the template's '\n' is a real newline
     assert head in tokenizer.chat_template
     tokenizer.chat_template = tokenizer.chat_template.replace(  # a thinking template: an empty think block per reply
-        head, f"message['role'] + '\\n' + ({json.dumps(THINK)} if message['role'] == 'assistant' else '') "
+        head, f"message['role'] + '\n' + ({json.dumps(THINK)} if message['role'] == 'assistant' else '') "
               "+ message['content']")
     _held, stream = training_rows(tokenizer, DataDir(copy).request)
     rows = [(t.input_ids, t.loss_mask) for _, t in stream]
@@ -139,25 +137,18 @@ def test_rows_rendered_with_another_chat_template_are_named(copy, tiny_verifier)
 @pytest.mark.catalogue("aux-ids-off-by-one")
 def test_aux_slices_one_layer_off_are_named_with_the_layer_they_are(copy, tiny_verifier):
     aux = DataDir(copy).aux_layer_ids
-    model = load_model(tiny_verifier)
-    for path in DataDir(copy).hidden_state_files():  # the aux capture one layer late (the output of layer i)
-        tensors = load_file(str(path))
-        late = extract(model, tensors["token_ids"][None], [i + 1 for i in aux])[0, :, :-1]
-        tensors["hidden_states"][:, :-1] = late.to(tensors["hidden_states"].dtype)
-        save_file(tensors, str(path))
+    aux_one_layer_late(copy)  # the aux capture one layer late (the output of layer i)
     found = check_data_dir(copy, "tiny")
     assert named(found, "aux_layers", "error", f"aux slices are layers {[i + 1 for i in aux]}, the data claims {aux}")
 
 
+@pytest.mark.slow
 @pytest.mark.catalogue("last-state-normed")
-def test_a_normed_last_state_is_named(copy, tiny_verifier):
-    norm = final_norm(load_model(tiny_verifier))
-    for path in DataDir(copy).hidden_state_files():  # transformers' hidden_states[-1]: already normed
-        tensors = load_file(str(path))
-        with torch.no_grad():
-            tensors["hidden_states"][:, -1] = norm(tensors["hidden_states"][:, -1])
-        save_file(tensors, str(path))
-    found = check_data_dir(copy, "tiny")
+def test_a_normed_last_state_is_named(smollm2, tmp_path):
+    """On SmolLM2: the tiny verifier's final norm has unit weights, so norming twice changes nothing there."""
+    build_dataset(smollm2, tmp_path / "data", n_conversations=2, seq_length=64, held_out=0, progress=False)
+    last_state_normed(tmp_path / "data")  # transformers' hidden_states[-1]: already normed
+    found = check_data_dir(tmp_path / "data", "smollm2")
     assert named(found, "data_dir", "error", "does not give the verifier's logits")
     assert not named(found, "aux_layers", "error", "")
 
