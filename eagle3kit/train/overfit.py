@@ -87,8 +87,8 @@ class OverfitResult:
                     "loss mask, the attention mask and the learning rate, or train more steps.")
         return (head + f": FAILED, the decode loop accepts {self.mean_accepted:.2f} draft tokens a round where "
                 f"training predicts {self.expected_accepted:.2f} (needs >= {self.threshold:.0%} of it): the draft "
-                "learned states the verifier does not give when serving. Check the aux layer ids, the pre-norm last "
-                "hidden state (`eagle3kit doctor --data DIR`) and the d2t/t2d mapping before a long run.")
+                "learned states the verifier does not give when serving, or its tokens are mapped wrong. Check the "
+                "d2t/t2d mapping, and the data with `eagle3kit doctor --data DIR`, before a long run.")
 
 
 def one_conversation(verifier, out_dir: str | os.PathLike, reply_tokens: int = 64, max_prompt_tokens: int = 64,
