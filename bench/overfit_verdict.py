@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from eagle3kit.data import conversations as conv
-from eagle3kit.data.breakages import aux_one_layer_late, d2t_all_zero, last_state_normed
+from eagle3kit.data.breakages import aux_one_layer_late, d2t_all_zero, d2t_one_id_off, last_state_normed
 from eagle3kit.train.overfit import overfit
 
 
@@ -44,6 +44,7 @@ CASES = {
     "sharegpt_0": ({}, None), "sharegpt_1": ({"seed": 1}, None), "short_reply": ({"reply_tokens": 16}, None),
     "long_reply": ({"reply_tokens": 128}, None), "multi_system": ({"source": "MULTI"}, None),
     "aux_late": ({}, aux_one_layer_late), "last_normed": ({}, last_state_normed), "d2t_zero": ({}, d2t_all_zero),
+    "d2t_one_off": ({}, d2t_one_id_off),
 }
 
 

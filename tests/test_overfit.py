@@ -6,7 +6,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from eagle3kit.data import conversations as conv
-from eagle3kit.data.breakages import d2t_all_zero
+from eagle3kit.data.breakages import d2t_all_zero, d2t_one_id_off
 from eagle3kit.train.overfit import CONVERSATION, overfit, plot_overfit
 
 
@@ -63,6 +63,6 @@ def test_smollm2_on_a_multi_turn_conversation_with_a_system_prompt_passes(smollm
 
 
 @pytest.mark.slow
-def test_smollm2_decoding_through_a_zero_d2t_fails(smollm2, tmp_path):
-    result = overfit(smollm2, tmp_path, progress=False, prepare=d2t_all_zero)
+def test_smollm2_decoding_through_a_d2t_one_id_off_fails(smollm2, tmp_path):
+    result = overfit(smollm2, tmp_path, progress=False, prepare=d2t_one_id_off)
     assert result.learned and not result.passed, result.message

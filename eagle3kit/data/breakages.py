@@ -56,3 +56,12 @@ def d2t_all_zero(data_dir: DataDir | str | os.PathLike) -> None:
     for n in data.draft_vocab_sizes:
         d2t_path = vocab.mapping_paths(data.path, n)[0]
         np.save(d2t_path, np.zeros_like(np.load(d2t_path)))
+
+
+def d2t_one_id_off(data_dir: DataDir | str | os.PathLike) -> None:
+    """Every ``d2t-{N}.npy`` offset by one: draft token i decodes as the verifier id after the right one (a mapping
+    whose ids and offsets disagree by one, as when absolute ids and offsets are mixed)."""
+    data = DataDir.open(data_dir)
+    for n in data.draft_vocab_sizes:
+        d2t_path = vocab.mapping_paths(data.path, n)[0]
+        np.save(d2t_path, np.load(d2t_path) + 1)
