@@ -17,14 +17,17 @@ case                       τ         training acc per TTT step  accepted / pred
 =========================  ========  =========================  =====================  =====  ======
 system prompt + 3 turns    2.25      0.83 0.68 0.52             1.25 / 1.69            0.74   pass
 ShareGPT, seed 0           3.71      0.98 0.97 0.94             2.71 / 2.84            0.95   pass
+short reply (16 tokens)    3.75      1.00 0.94 0.89             2.75 / 2.78            0.99   pass
+last state normed          1.21      0.86 0.70 0.59             0.21 / 1.82            0.12   FAIL
 aux states one layer late  3.94      1.00 0.98 0.97             2.94 / 2.94            1.00   pass
 d2t all zero               2.74      0.98 0.97 0.94             1.74 / 2.84            0.61   pass
 d2t one id off             1.00      0.98 0.97 0.94             0.00 / 2.84            0.00   FAIL
 =========================  ========  =========================  =====================  =====  ======
 
-The old rule, τ >= 0.8 (k + 1) = 3.2, failed the healthy multi-turn file (a repetitive greedy reply that 40 steps learn
-only to the accuracies above; issue 28 saw τ 3.15 on the same kind of file). On the tiny verifier (random token ids) an all-zero d2t fails it (tests/test_overfit.py); a draft that did not learn
-(1 step) fails on ``LEARNED``. What one conversation cannot show (measured above): aux states from the wrong layer
+The old rule, τ >= 0.8 (k + 1) = 3.2, failed the healthy multi-turn file (a repetitive greedy reply that 40 steps
+learn only to the accuracies above; issue 28 saw τ 3.15 on the same kind of file). On the tiny verifier (random token
+ids) an all-zero d2t fails it (tests/test_overfit.py); a draft that did not learn (1 step) fails on ``LEARNED``.
+What one conversation cannot show (measured above): aux states from the wrong layer
 (the draft memorises one conversation from its tokens and is accepted as trained) and, on SmolLM2, most of an
 all-zero d2t (its frequent tokens have ids below the draft vocab size, so the identity maps many of them right).
 ``eagle3kit doctor --data`` checks those directly (the aux slices recomputed, the mapping against the data).
