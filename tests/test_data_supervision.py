@@ -11,7 +11,7 @@ from datasets import load_from_disk
 
 from eagle3kit.data import conversations as conv
 from eagle3kit.data import vocab
-from eagle3kit.data.breakages import aux_one_layer_late, last_state_normed
+from eagle3kit.data.breakages import aux_one_layer_late, d2t_all_zero, last_state_normed
 from eagle3kit.data.dataset import _write_arrow, build_dataset, training_rows
 from eagle3kit.data.directory import MANIFEST, DataDir
 from eagle3kit.doctor.checks import check_data_dir
@@ -188,3 +188,8 @@ def test_smollm2_data_as_the_demo_makes_it_is_healthy(smollm2, tmp_path):
     found = check_data_dir(tmp_path / "data", "smollm2")
     assert not loud(found), found
     assert named(found, "aux_layers", "info", "claimed layers")
+
+
+def test_an_all_zero_d2t_is_named(copy):
+    d2t_all_zero(copy)  # SafeAILab/EAGLE issue 222: draft id i decodes as verifier id i
+    assert named(check_data_dir(copy, "tiny"), "vocab", "error", f"d2t-{VOCAB}.npy does not map")

@@ -147,8 +147,9 @@ def audit_aux(data: DataDir | str | os.PathLike, verifier: Verifier | str | None
 
 def audit_vocab(data: DataDir | str | os.PathLike) -> dict:
     """The supervised tokens recounted from the rows against ``token_freq.pt`` and each ``t2d-{N}.npy``:
-    ``{"distinct", "token_freq_matches", "mappings": {N: {"coverage", "best_coverage"}}}``; ``best_coverage`` is what
-    the N most frequent supervised tokens cover (speculators' rule), ``coverage`` what the stored mapping covers."""
+    ``{"distinct", "token_freq_matches", "mappings": {N: {"coverage", "best_coverage", "d2t_agrees"}}}``;
+    ``best_coverage`` is what the N most frequent supervised tokens cover (speculators' rule), ``coverage`` what the
+    stored mapping covers, ``d2t_agrees`` whether ``d2t-{N}.npy``'s offsets name exactly the ids ``t2d`` marks."""
     data = DataDir.open(data)
     ids, masks = _rows(data)
     freq = Counter(t for x, m in zip(ids, masks, strict=True) for t, b in zip(x, m, strict=True) if b)
@@ -161,6 +162,10 @@ def audit_vocab(data: DataDir | str | os.PathLike) -> dict:
         t2d_path = vocab.mapping_paths(data.path, n)[1]
         if t2d_path.exists():
             t2d = torch.from_numpy(np.load(t2d_path))
-            mappings[n] = {"coverage": vocab.coverage(dict(freq), t2d), "best_coverage": sum(counts[:n]) / total}
+            d2t_path = vocab.mapping_paths(data.path, n)[0]
+            d2t = torch.from_numpy(np.load(d2t_path)) if d2t_path.exists() else None
+            agree = d2t is not None and len(d2t) == n and torch.equal(torch.arange(n) + d2t, t2d.nonzero()[:, 0])
+            mappings[n] = {"coverage": vocab.coverage(dict(freq), t2d), "best_coverage": sum(counts[:n]) / total,
+                           "d2t_agrees": bool(agree)}
     return {"distinct": len(freq), "token_freq_matches": None if stored is None else dict(stored) == dict(freq),
             "mappings": mappings}

@@ -3,8 +3,9 @@
 ``supervision_findings(data_dir, verifier)``: ``loss_mask`` (empty rows, a mask shifted by one, supervised tokens
 outside the replies, reply or end-of-turn tokens left out, a supervised padded tail), ``template`` (rows rendered with
 another chat template), ``aux_layers`` (stored aux slices that are other layers than claimed), ``vocab`` (a stale
-``token_freq.pt`` or mapping, fewer distinct tokens than the draft vocab). Each check runs guarded; what could not
-be checked (no manifest, a source gone) is an info finding that says why. Healthy data gives info findings only.
+``token_freq.pt`` or mapping, a d2t that disagrees with t2d, fewer distinct tokens than the draft vocab). Each check
+runs guarded; what could not be checked (no manifest, a source gone) is an info finding that says why. Healthy data
+gives info findings only.
 """
 
 from __future__ import annotations
@@ -109,6 +110,11 @@ def vocab_findings(r: dict) -> list[Finding]:
             out.append(Finding("warning", f"draft vocab {n} > the {r['distinct']} distinct supervised tokens",
                                f"{n - r['distinct']} draft tokens are never-seen fillers", "lower draft_vocab_size "
                                f"to <= {r['distinct']} or use more data", "vocab"))
+        if not m["d2t_agrees"]:
+            out.append(Finding("error", f"d2t-{n}.npy does not map the draft vocab onto the ids t2d-{n}.npy marks",
+                               "draft id i must decode as verifier id i + d2t[i], the i-th id t2d marks (an all-zero "
+                               "or missing d2t decodes as the first N ids)", f"delete d2t-{n}.npy/t2d-{n}.npy and "
+                               "rebuild them from this data's token_freq.pt", "vocab"))
         if m["best_coverage"] - m["coverage"] > STALE_COVERAGE_GAP:
             out.append(Finding("error", f"t2d-{n}.npy is not this data's mapping",
                                f"it covers {m['coverage']:.1%} of the supervised tokens; one built from them covers "
