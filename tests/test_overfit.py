@@ -6,6 +6,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from eagle3kit.data import conversations as conv
+from eagle3kit.data.breakages import d2t_all_zero, d2t_one_id_off
 from eagle3kit.train.overfit import CONVERSATION, overfit, plot_overfit
 
 
@@ -32,3 +33,36 @@ def test_a_draft_that_did_not_learn_fails_with_the_wiring_message(tiny_verifier,
     result = overfit("tiny", tmp_path, steps=1, lr=1e-7, reply_tokens=24, progress=False, warm_start_layer=None)
     assert not result.passed and result.tau < 2.0
     assert "FAILED" in result.message and "wiring bug" in result.message
+
+
+def test_a_draft_that_learned_but_decodes_through_a_zero_d2t_fails(tiny_verifier, tmp_path):
+    """SafeAILab/EAGLE issue 222's all-zero d2t: training (which reads t2d) goes well, the decode loop does not."""
+    result = overfit("tiny", tmp_path, steps=30, k=3, reply_tokens=40, progress=False, warm_start_layer=None,
+                     prepare=d2t_all_zero)
+    assert result.learned and not result.passed, result.message
+    assert result.mean_accepted < 0.6 * result.expected_accepted
+    assert "FAILED" in result.message and "d2t/t2d" in result.message
+
+
+@pytest.fixture(scope="module")
+def multi_turn(tmp_path_factory):
+    """A healthy multi-turn JSONL: a system prompt and three user/assistant turns per conversation."""
+    path = tmp_path_factory.mktemp("multi") / "multi.jsonl"
+    turns = [{"role": "system", "content": "You are a concise assistant that answers questions about cooking."}]
+    for q, a in [("How do I boil an egg?", "Put it in boiling water."), ("How long for a soft yolk?", "Six minutes."),
+                 ("And for a hard one?", "Ten minutes.")]:
+        turns += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    conv.write_jsonl(path, [turns])
+    return path
+
+
+@pytest.mark.slow
+def test_smollm2_on_a_multi_turn_conversation_with_a_system_prompt_passes(smollm2, multi_turn, tmp_path):
+    result = overfit(smollm2, tmp_path, source=multi_turn, progress=False)  # the defaults, as the CLI runs them
+    assert result.passed, result.message
+
+
+@pytest.mark.slow
+def test_smollm2_decoding_through_a_d2t_one_id_off_fails(smollm2, tmp_path):
+    result = overfit(smollm2, tmp_path, progress=False, prepare=d2t_one_id_off)
+    assert result.learned and not result.passed, result.message

@@ -44,7 +44,8 @@ def doctor_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss", default="auto", choices=["auto", "eager", "fused", "default"],
                    help="loss implementation (default: speculators' loss_config=None, i.e. fused)")
     p.add_argument("--model", action="store_true", help="also build the model and check its weights")
-    p.add_argument("--data", default=None, help="also check a data directory's hidden-state files and convention")
+    p.add_argument("--data", default=None, help="also check a data directory: hidden-state files, last state, "
+                   "loss mask vs the chat template, aux slices, vocab mapping")
     p.add_argument("--long", action="store_true", help="one block per finding instead of a table")
     p.add_argument("--draft", metavar="DIR", default=None,
                    help="check a trained draft folder (an export, a `speculators train` output, a downloaded draft) "

@@ -213,12 +213,13 @@ def overfit_options(p: argparse.ArgumentParser) -> None:
         "seed": "picks the conversation and seeds the run",
         "warm_start_layer": "start the draft from this verifier decoder layer (-1: the last; none: random init)",
         "draft_vocab_size": "draft vocabulary, capped at the verifier's (none: the verifier's whole vocab)",
-        "threshold": "passes when tau >= threshold x (k + 1)",
+        "threshold": "passes when the decode loop accepts >= threshold x the draft tokens a round that the "
+                     "draft's training accuracy predicts",
         "source": "JSONL of conversations (None: ShareGPT V3)"}, flags={"out_dir": "--out"})
 
 
 def cmd_overfit(args: argparse.Namespace) -> int:
-    """train a fresh draft on one conversation and decode it: a wired draft reaches tau near k + 1 (exit 1 if not)"""
+    """train a fresh draft on one conversation and decode it: a wired draft is accepted as trained (exit 1 if not)"""
     from eagle3kit.tables import terminal_width  # lazy: torch + speculators take seconds to import
     from eagle3kit.train.overfit import overfit
 

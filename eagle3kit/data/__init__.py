@@ -11,6 +11,8 @@
 ``loader``         packed batches as ``speculators train`` makes them, held-out prompts
 ``vocab``          token frequencies, the d2t / t2d draft-vocab mapping, ``build_for_data`` (the draft with it)
 ``targets``        the pre-norm proof (``verify_targets``)
+``breakages``      reported pipeline bugs replayed on a real directory (the broken artifacts of tests and benches)
+``supervision``    what a directory supervises, measured: loss mask vs the chat template, aux slices, vocab mapping
 ``plots``          hidden-state norms, vocab coverage, a packed batch
 ``loss_mask_plot`` the loss mask drawn over the text of a conversation or a packed batch
 """

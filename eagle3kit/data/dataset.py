@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -115,25 +116,40 @@ def _write_arrow(out: Path, rows: list[conv.Tokenized]):
     tmp.rmdir()
 
 
-def _tokenize(v: Verifier, request: Request, out: Path, progress: bool) -> dict:
-    """Conversations -> tokens + loss mask -> Arrow dataset, token_freq.pt, held_out.jsonl. Returns counts."""
-    tokenizer = load_tokenizer(v)
-    n, seq_length = request.n_conversations, request.seq_length
-    counts = {"skipped_unusable": 0}
+def training_rows(tokenizer, request: Request, counts: dict | None = None
+                  ) -> tuple[list[conv.Turns], Iterator[tuple[conv.Turns, conv.Tokenized]]]:
+    """The held-out conversations, and the stream of ``(turns, row)`` a directory made with ``request`` holds, in
+    order (row ``i`` is the directory's row ``i``): a conversation whose assistant tokens all lie beyond
+    ``seq_length`` is dropped and counted in ``counts["dropped_empty"]``."""
+    counts = counts if counts is not None else {}
     stream = conv.ordered(conv.read(request.source), request.seed, counts)
     held = list(itertools.islice(stream, request.held_out))  # first, so it does not depend on n
-    rows, dropped, truncated = [], 0, 0
-    with tqdm(total=n, desc="tokenize", disable=not progress) as bar:
+
+    def rows() -> Iterator[tuple[conv.Turns, conv.Tokenized]]:
         for turns in stream:
-            t = conv.tokenize(tokenizer, turns, seq_length)
+            t = conv.tokenize(tokenizer, turns, request.seq_length)
             if sum(t.loss_mask) == 0:  # every assistant token lies beyond seq_length
-                dropped += 1
+                counts["dropped_empty"] = counts.get("dropped_empty", 0) + 1
                 continue
+            yield turns, t
+
+    return held, rows()
+
+
+def _tokenize(v: Verifier, request: Request, out: Path, progress: bool) -> dict:
+    """Conversations -> tokens + loss mask -> Arrow dataset, token_freq.pt, held_out.jsonl. Returns counts."""
+    n, seq_length = request.n_conversations, request.seq_length
+    counts = {"skipped_unusable": 0, "dropped_empty": 0}
+    held, stream = training_rows(load_tokenizer(v), request, counts)
+    rows, truncated = [], 0
+    with tqdm(total=n, desc="tokenize", disable=not progress) as bar:
+        for _turns, t in stream:
             truncated += t.truncated
             rows.append(t)
             bar.update()
             if len(rows) == n:
                 break
+    dropped = counts["dropped_empty"]
     if len(rows) < n:
         raise DataError(
             f"Only {len(rows)} conversations with assistant tokens within seq_length={seq_length} are left after "

@@ -8,6 +8,7 @@
 ``trained``           trained or an initialisation, by measurement against untrained drafts of the same shape
 ``versions``          version traps decided from version numbers (fused loss under compile, transformers floor)
 ``low_tau``           ``why_low_tau(DIR)``: why a draft's tau is low, as a short verdict (``doctor --draft --why-tau``)
+``data_checks``       what a data directory supervises: loss mask, template, aux slices, vocab (``check_data_dir``)
 ``findings``          :class:`Finding` and its table / terminal renderings
 ``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
 ``probe``             the measured backend matrix, each cell in a subprocess

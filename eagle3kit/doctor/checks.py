@@ -16,6 +16,7 @@ import torch
 from eagle3kit.data.health import bad_files, remake_command
 from eagle3kit.data.directory import DataDir
 from eagle3kit.data.targets import verify_targets
+from eagle3kit.doctor.data_checks import supervision_findings
 from eagle3kit.doctor.attention_checks import attention_findings, loss_findings
 from eagle3kit.doctor.facts import attention_facts, doctor_subject
 from eagle3kit.draft.config import draft_ttt_steps
@@ -85,7 +86,8 @@ def trainer_findings(dry_run: bool = False) -> list[Finding]:
 
 def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]:
     """Check a training-data directory: every hidden-state file (one finding per bad file, with the command that
-    remakes it), then the last-hidden-state convention with :func:`eagle3kit.data.targets.verify_targets`.
+    remakes it), then the last-hidden-state convention with :func:`eagle3kit.data.targets.verify_targets`, then what
+    it supervises (:func:`eagle3kit.doctor.data_checks.supervision_findings`: loss mask, template, aux slices, vocab).
 
     speculators applies ``verifier_norm`` to the stored last state itself, so it must be the pre-norm output of the
     last decoder layer: the targets computed from it must reproduce the verifier's own logits.
@@ -102,12 +104,13 @@ def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]
     except Exception as exc:  # DataError (wrong verifier, no manifest), missing files, ...
         return [Finding("error", f"data directory {data_dir} cannot be checked", f"{type(exc).__name__}: {exc}",
                         "eagle3kit data --out DIR --verifier NAME  # make the data with eagle3kit", "data_dir")]
+    findings = supervision_findings(data_dir, verifier)
     numbers = (f"targets from the stored last state vs the verifier's logits on {r['tokens']} tokens: argmax agree "
                f"{r['argmax_agree']:.1%}, max |diff| {r['max_abs_diff']:.3g} (tolerance {r['tolerance']})")
     if r["ok"]:
         return [Finding("info", f"data directory {data_dir}: every hidden-state file is usable and the last "
-                        "hidden state is pre-norm", numbers, "", "data_dir")]
+                        "hidden state is pre-norm", numbers, "", "data_dir"), *findings]
     return [Finding("error", f"data directory {data_dir}: stored last hidden state does not give the verifier's "
                     "logits", numbers + "; a normed state would be normed twice by speculators",
                     "store the last decoder layer's output before the final norm, then rebuild the directory",
-                    "data_dir")]
+                    "data_dir"), *findings]

@@ -2,9 +2,35 @@
 
 SpecForge recommends it before a long run. The conversation is the verifier's own greedy reply to one prompt, so the
 tokens the draft trains on are the tokens the decode loop (:func:`eagle3kit.evaluate.decode.speculative_generate`)
-will meet. A draft wired correctly (aux hidden states, pre-norm targets, d2t/t2d, the TTT mask) memorises it in a few
-dozen steps and then has (nearly) all ``k`` draft tokens of every round accepted: τ close to ``k + 1``. A draft that
+will meet. A draft wired correctly (aux hidden states, pre-norm targets, d2t/t2d, the TTT mask) learns it in a few
+dozen steps and then has as many draft tokens accepted as it learned (τ close to ``k + 1`` once memorised). A draft that
 cannot overfit one sample has a wiring bug, and more data will not fix it.
+
+The verdict is relative to the conversation: ``passed`` when the draft learned it (training accuracy at TTT step 0
+>= ``LEARNED``) and the decode loop accepts >= ``threshold`` (0.6) x the draft tokens a round its own training
+accuracy predicts (``a0 + a0·a1 + a0·a1·a2``). τ alone depends on the conversation. Measured with
+``bench/overfit_verdict.py`` (SmolLM2, the defaults: 40 steps, k 3, lr 3e-3, draft vocab 1024; 2 cores at load 5-12;
+the miswired rows break the ShareGPT seed-0 conversation's data with :mod:`eagle3kit.data.breakages`):
+
+=========================  ========  =========================  =====================  =====  ======
+case                       τ         training acc per TTT step  accepted / predicted   ratio  verdict
+=========================  ========  =========================  =====================  =====  ======
+system prompt + 3 turns    2.25      0.83 0.68 0.52             1.25 / 1.69            0.74   pass
+ShareGPT, seed 0           3.71      0.98 0.97 0.94             2.71 / 2.84            0.95   pass
+short reply (16 tokens)    3.75      1.00 0.94 0.89             2.75 / 2.78            0.99   pass
+last state normed          1.21      0.86 0.70 0.59             0.21 / 1.82            0.12   FAIL
+aux states one layer late  3.94      1.00 0.98 0.97             2.94 / 2.94            1.00   pass
+d2t all zero               2.74      0.98 0.97 0.94             1.74 / 2.84            0.61   pass
+d2t one id off             1.00      0.98 0.97 0.94             0.00 / 2.84            0.00   FAIL
+=========================  ========  =========================  =====================  =====  ======
+
+The old rule, τ >= 0.8 (k + 1) = 3.2, failed the healthy multi-turn file (a repetitive greedy reply that 40 steps
+learn only to the accuracies above; issue 28 saw τ 3.15 on the same kind of file). On the tiny verifier (random token
+ids) an all-zero d2t fails it (tests/test_overfit.py); a draft that did not learn (1 step) fails on ``LEARNED``.
+What one conversation cannot show (measured above): aux states from the wrong layer
+(the draft memorises one conversation from its tokens and is accepted as trained) and, on SmolLM2, most of an
+all-zero d2t (its frequent tokens have ids below the draft vocab size, so the identity maps many of them right).
+``eagle3kit doctor --data`` checks those directly (the aux slices recomputed, the mapping against the data).
 """
 
 from __future__ import annotations
@@ -12,9 +38,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from matplotlib.figure import Figure
 
 from eagle3kit.data import conversations as conv
@@ -31,9 +59,14 @@ from eagle3kit.verifier import load_model, load_tokenizer, resolve
 CONVERSATION = "conversation.jsonl"  # the one conversation: a ShareGPT prompt and the verifier's greedy reply
 
 
+LEARNED = 0.5  # training accuracy at TTT step 0 below which the draft did not learn its one conversation
+
+
 @dataclass
 class OverfitResult:
-    """What the overfit check measured; ``passed`` when τ reached ``threshold × (k + 1)``."""
+    """What the overfit check measured; ``passed`` when the draft learned its conversation (training accuracy at TTT
+    step 0 >= ``LEARNED``) and the decode loop accepts at least ``threshold`` x the draft tokens per round that this
+    training accuracy predicts (:attr:`expected_accepted`)."""
 
     k: int
     steps: int
@@ -44,23 +77,44 @@ class OverfitResult:
     full_acc: list[float] = field(default_factory=list)  # per TTT step, at the last training step
     reply_tokens: int = 0
     seconds: float = 0.0
-    threshold: float = 0.8
+    threshold: float = 0.6
     data_dir: str = ""
 
     @property
+    def mean_accepted(self) -> float:
+        return float(np.mean(self.accepted)) if self.accepted else 0.0
+
+    @property
+    def expected_accepted(self) -> float:
+        """Draft tokens per round the training accuracy predicts, a0 + a0·a1 + a0·a1·a2 + ... (draft token i is
+        accepted only when every one before it is): what this conversation allows the draft as trained."""
+        return float(np.sum(np.cumprod(self.full_acc)))
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.full_acc) and self.full_acc[0] >= LEARNED
+
+    @property
     def passed(self) -> bool:
-        return self.tau >= self.threshold * (self.k + 1)
+        return self.learned and self.mean_accepted >= self.threshold * self.expected_accepted
 
     @property
     def message(self) -> str:
         head = (f"overfit check: τ {self.tau:.2f} of a possible {self.k + 1} after {self.steps} steps on one "
                 f"conversation ({self.reply_tokens} reply tokens; loss {self.losses[0]:.3f} -> {self.losses[-1]:.3f}"
-                f"; decode {'equals' if self.lossless else 'DIFFERS FROM'} greedy)")
+                f"; training accuracy per TTT step {', '.join(f'{a:.2f}' for a in self.full_acc)}; decode "
+                f"{'equals' if self.lossless else 'DIFFERS FROM'} greedy)")
         if self.passed:
-            return head + ": passed, the draft is wired to learn."
-        return (head + f": FAILED (needs τ >= {self.threshold * (self.k + 1):.2f}). A draft that cannot overfit one "
-                "sample most likely has a wiring bug: check the aux layer ids, the pre-norm last hidden state "
-                "(`eagle3kit doctor --data DIR`), the d2t/t2d mapping and the attention mask before a long run.")
+            return head + (f": passed, the decode loop accepts {self.mean_accepted:.2f} draft tokens a round where "
+                           f"training predicts {self.expected_accepted:.2f}: the draft is wired to learn.")
+        if not self.learned:
+            return (head + f": FAILED, the draft did not learn its one conversation (training accuracy at TTT step 0 "
+                    f"below {LEARNED}). A draft that cannot overfit one sample most likely has a wiring bug: check the "
+                    "loss mask, the attention mask and the learning rate, or train more steps.")
+        return (head + f": FAILED, the decode loop accepts {self.mean_accepted:.2f} draft tokens a round where "
+                f"training predicts {self.expected_accepted:.2f} (needs >= {self.threshold:.0%} of it): the draft "
+                "learned states the verifier does not give when serving, or its tokens are mapped wrong. Check the "
+                "d2t/t2d mapping, and the data with `eagle3kit doctor --data DIR`, before a long run.")
 
 
 def one_conversation(verifier, out_dir: str | os.PathLike, reply_tokens: int = 64, max_prompt_tokens: int = 64,
@@ -93,13 +147,15 @@ def one_conversation(verifier, out_dir: str | os.PathLike, reply_tokens: int = 6
 
 def overfit(verifier="smollm2", out_dir: str | os.PathLike = "overfit", steps: int = 40, k: int = 3,
             lr: float = 3e-3, reply_tokens: int = 64, max_prompt_tokens: int = 64, seed: int = 0,
-            warm_start_layer: int | None = -1, draft_vocab_size: int | None = 1024, threshold: float = 0.8,
+            warm_start_layer: int | None = -1, draft_vocab_size: int | None = 1024, threshold: float = 0.6,
             source: str | os.PathLike | None = None, spec: DraftSpec | None = None,
-            progress: bool = True) -> OverfitResult:
+            progress: bool = True, prepare: Callable[[DataDir], None] | None = None) -> OverfitResult:
     """Train a fresh draft for ``steps`` steps on one conversation, then decode its prompt with ``k`` draft tokens.
 
     ``draft_vocab_size`` (capped at the verifier's vocab) keeps steps cheap; the one conversation's tokens fit in it.
     ``spec``: the draft's shape (layers, arch, aux layers ...) to check; its verifier, ttt_steps and vocab are set here.
+    ``prepare``: called with the one-conversation data directory before training (tests break it there the way a
+    miswired pipeline would).
     """
     t0 = time.perf_counter()
     v = resolve(verifier)
@@ -108,6 +164,8 @@ def overfit(verifier="smollm2", out_dir: str | os.PathLike = "overfit", steps: i
         model = load_model(v)
     vocab = min(draft_vocab_size, v.text_config.vocab_size) if draft_vocab_size else None
     data_dir = DataDir(one_conversation(v, out_dir, reply_tokens, max_prompt_tokens, seed, source, vocab, model))
+    if prepare is not None:
+        prepare(data_dir)
     packed = round_up_to_block(data_dir.seq_length + 1)
     spec = dataclasses.replace(spec or DraftSpec(), verifier=v.path, ttt_steps=k, draft_vocab_size=vocab)
     session = TrainSession(data_dir, spec, progress=progress, lr=lr, seed=seed, max_steps=steps,
