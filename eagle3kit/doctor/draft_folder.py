@@ -7,7 +7,6 @@ adapter, :func:`read_data_dir`.
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from speculators.models.eagle3 import Eagle3SpeculatorConfig
 from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.directory import DataDir
 from eagle3kit.data.vocab import load_mapping
+from eagle3kit.draft.config import with_attention
 from eagle3kit.errors import UserError
 from eagle3kit.logs import quiet
 from eagle3kit.verifier import Verifier, resolve
@@ -114,9 +114,8 @@ def load_draft(folder: DraftFolder, config: Eagle3SpeculatorConfig, verifier: Ve
     """The draft through speculators' ``SpeculatorModel.from_pretrained``, its verifier-owned weights from
     ``verifier`` (sdpa attention, as the CPU decode loop needs), in float32 like the verifier the doctor runs
     (a bfloat16 folder would not take float32 hidden states)."""
-    config = copy.deepcopy(config)
+    config = with_attention(config, "sdpa")
     config.speculators_config.verifier.name_or_path = verifier.path
-    config.transformer_layer_config._attn_implementation = "sdpa"  # noqa: SLF001
     with quiet():
         return SpeculatorModel.from_pretrained(str(folder.path), config=config).float().eval()
 
