@@ -29,6 +29,7 @@ from eagle3kit.data import conversations as conv
 from eagle3kit.data.conversations import HELD_OUT
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import bad_files, remake_command, require_healthy
+from eagle3kit.errors import UserError
 from eagle3kit.data.directory import MANIFEST, DataDir, DataError, Manifest
 from eagle3kit.data.loader import held_out_conversations, held_out_prompts, make_loader
 from eagle3kit.data.plots import plot_batch
@@ -441,6 +442,6 @@ def test_native_data_is_bfloat16_only_where_the_cpu_computes_it(tmp_path, tiny_v
     assert load_file(str(out / "hidden_states" / "hs_0.safetensors"))["hidden_states"].dtype == expected
     again = build_dataset(tiny_verifier, out, source=src, dtype="native", **kwargs)
     assert again.files["written"] == 0 and again.files["skipped"] == 2
-    with pytest.raises(DataError, match="'native'"):
+    with pytest.raises(UserError, match="'native'"):  # the one rule for a dtype (eagle3kit.validate)
         build_dataset(tiny_verifier, tmp_path / "x", source=src, dtype="bf16", **kwargs)
 
