@@ -9,7 +9,6 @@ directory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import torch
 
@@ -21,6 +20,7 @@ from eagle3kit.doctor.attention_checks import attention_findings, loss_findings
 from eagle3kit.doctor.facts import attention_facts, doctor_subject
 from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.doctor.findings import Finding
+from eagle3kit.doctor.findings import guarded as findings_guard
 from eagle3kit.doctor.model_checks import batch_findings, serving_findings, shape_findings, weight_findings
 from eagle3kit.doctor.versions import version_findings
 
@@ -34,12 +34,7 @@ def check(subject, batch: dict | None = None, device: str = "auto", training: bo
     """
     findings: list[Finding] = []
 
-    def guarded(name: str, fn: Callable[[], list[Finding]]) -> None:
-        try:
-            findings.extend(fn())
-        except Exception as exc:  # a broken setup must give a finding, never a crash
-            findings.append(Finding("error", f"{name} check could not run", f"{type(exc).__name__}: {exc}"[:300],
-                                    "speculators' own code failed on this config: check the fields it names", name))
+    guarded = findings_guard(findings, "speculators' own code failed on this config: check the fields it names")
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -11,11 +11,11 @@ gives info findings only.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from eagle3kit.data.directory import DataDir
 from eagle3kit.data.supervision import MaskAudit, audit_aux, audit_mask, audit_vocab
 from eagle3kit.doctor.findings import Finding
+from eagle3kit.doctor.findings import guarded as findings_guard
 from eagle3kit.draft.config import resolve_aux_layer_ids
 
 REBUILD = "rebuild the directory with `eagle3kit data --out DIR` (it renders and masks with the verifier's template)"
@@ -131,12 +131,7 @@ def supervision_findings(data_dir: DataDir | str | os.PathLike, verifier=None) -
     data = DataDir.open(data_dir)
     findings: list[Finding] = []
 
-    def guarded(name: str, fn: Callable[[], list[Finding]]) -> None:
-        try:
-            findings.extend(fn())
-        except Exception as exc:  # a broken directory gives a finding, never a crash  # noqa: BLE001
-            findings.append(Finding("warning", f"{name} check could not run", f"{type(exc).__name__}: {exc}"[:300],
-                                    "", name))
+    guarded = findings_guard(findings, "", severity="warning")
 
     ref = verifier if verifier is not None else data.verifier_ref
     guarded("loss_mask", lambda: mask_findings(audit_mask(data, ref)))

@@ -8,7 +8,6 @@ adapter, :func:`read_data_dir`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,6 +154,7 @@ def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | No
     """
     from eagle3kit.doctor import folder_checks as fc  # lazy: the checks import the verifier's and data's stages
     from eagle3kit.doctor.findings import Finding, has_errors
+    from eagle3kit.doctor.findings import guarded as findings_guard
     from eagle3kit.doctor.model_checks import serving_findings, shape_findings
     from eagle3kit.doctor.facts import DoctorSubject
     from eagle3kit.doctor.trained import trained_findings
@@ -163,12 +163,7 @@ def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | No
     folder = open_draft(path)
     findings: list[Finding] = []
 
-    def guarded(name: str, fn: Callable[[], list[Finding]]) -> None:
-        try:
-            findings.extend(fn())
-        except Exception as exc:  # a broken folder must give a finding, never a crash
-            findings.append(Finding("error", f"{name} check could not run", f"{type(exc).__name__}: {exc}"[:300],
-                                    "the folder's config or tensors are not what speculators writes", name))
+    guarded = findings_guard(findings, "the folder's config or tensors are not what speculators writes")
 
     guarded("method", lambda: fc.method_findings(folder))
     guarded("tensors", lambda: fc.nonfinite_findings(folder))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import pandas as pd
@@ -19,6 +20,18 @@ class Finding:
     why: str
     fix: str = ""
     check: str = ""
+
+
+def guarded(findings: list[Finding], fix: str, severity: str = "error") -> Callable[[str, Callable], None]:
+    """A runner ``run(name, check)`` that adds ``check()``'s findings to ``findings``, or, when the check raises, one
+    finding naming it (a broken subject gives a finding, never a crash)."""
+    def run(name: str, check: Callable[[], list[Finding]]) -> None:
+        try:
+            findings.extend(check())
+        except Exception as exc:  # noqa: BLE001
+            findings.append(Finding(severity, f"{name} check could not run", f"{type(exc).__name__}: {exc}"[:300],
+                                    fix, name))
+    return run
 
 
 def to_frame(findings: list[Finding]) -> pd.DataFrame:
