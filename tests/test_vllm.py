@@ -173,6 +173,18 @@ def test_served_command_answers_an_openai_client_and_stops_clean(untrained, smol
 
 
 # ----------------------------------------------------------------------------------------------- bad input
+def test_the_env_beside_the_checkout_is_found_from_any_working_dir(tmp_path, monkeypatch):
+    """Notebooks run with their own folder as the working dir: the environment ``make vllm`` made beside the
+    checkout must still be the one found (a move of this module once made it look in notebooks/)."""
+    from eagle3kit.evaluate.vllm.env import CHECKOUT, VENV_VAR, vllm_env_dir
+
+    assert (CHECKOUT / "eagle3kit" / "evaluate" / "vllm" / "env.py").is_file() and (CHECKOUT / "Makefile").is_file()
+    monkeypatch.delenv(VENV_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    found = vllm_env_dir()
+    assert found == (CHECKOUT / ".venv-vllm" if (CHECKOUT / ".venv-vllm").exists() else tmp_path / ".venv-vllm")
+
+
 def test_missing_vllm_env_names_the_command_that_makes_it(tmp_path, monkeypatch):
     monkeypatch.setenv(vllm_env.VENV_VAR, str(tmp_path))
     with pytest.raises(vllm_env.VllmNotInstalled, match="make vllm"):

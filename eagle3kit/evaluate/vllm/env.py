@@ -30,11 +30,14 @@ class VllmNotInstalled(VllmError, UserError):
     """There is no finished vLLM environment; the message names the command that makes one."""
 
 
+CHECKOUT = Path(__file__).resolve().parents[3]  # eagle3kit/evaluate/vllm/env.py -> the checkout holding eagle3kit/
+
+
 def vllm_env_dir() -> Path:
     """``$EAGLE3KIT_VLLM_VENV``, else ``.venv-vllm`` beside the eagle3kit checkout (else in the working dir)."""
     if os.environ.get(VENV_VAR):
         return Path(os.environ[VENV_VAR])
-    beside = Path(__file__).resolve().parents[2] / ".venv-vllm"
+    beside = CHECKOUT / ".venv-vllm"
     return beside if beside.exists() else Path.cwd() / ".venv-vllm"
 
 
