@@ -6,11 +6,11 @@
 Stages, each guarded (a failure is a row, the next stage runs) and each with its share of ``--budget-s``:
 
 handoff   ``eagle3kit data`` (tiny verifier, 80 conversations of <= 384 tokens), ``eagle3kit launch --gpus 1``
-          (+ ``speculators train --dry-run``, on the CPU), ``--steps`` steps of speculators' own trainer on one GPU
-          (:mod:`eagle3kit.train.handoff`: one process, its per-step records read back), the same steps of
-          ``TrainSession`` with the settings and draft read from the same YAML, the loss per TTT step side by side,
+          (+ ``speculators train --dry-run``, on the CPU), ``--steps`` steps of speculators' own trainer in one
+          process (:func:`eagle3kit.train.rehearsal.run.rehearse`: its per-step records read back), the same steps of
+          ``TrainSession`` with the settings and draft speculators resolved, the loss per TTT step side by side,
           both drafts exported (bf16, as speculators' checkpointer saves) and τ of both on the same held-out prompts.
-          On a CPU: the trainer is "skipped: no CUDA"; the session trains the same YAML with sdpa and float32.
+          On a CPU the rehearsal presents the CPU as the accelerator and trains sdpa, eager loss, float32.
 matrix    the backend matrix (``eagle3kit probe``): eager / sdpa / simple_flex_attention, forward and
           forward+backward at 2k, 8k, 32k tokens (CPU: 256, 512), ``torch.cuda.max_memory_allocated`` of each
           forward+backward step beside what :mod:`eagle3kit.plan.memory` predicts for the same step (fp32, eager loss,
@@ -26,7 +26,8 @@ per op), flex attention's backward accumulates with atomics (not bit-reproducibl
 stays well inside 2%; a real mismatch (other batches, another init, Muon vs AdamW, another schedule) moves the loss by
 far more at step 2 already. τ of the two exports: equal within one accepted token in 100 (bf16 weights that differ
 by rounding may flip a near-tie draft token).
-Writes into --out (the device returns at most 8 files): gpu.json, gpu.md, trainer.log, pytest-cuda.xml, pytest.log.
+Writes into --out (the device returns at most 8 files): gpu.json, gpu.md, trainer.log, speculators.log, pytest-cuda.xml,
+pytest.log.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -119,7 +121,8 @@ def handoff(result: dict, out: Path, work: Path, steps: int, loss: str, deadline
     from eagle3kit.evaluate.export import reload
     from eagle3kit.train import handoff as ho
     from eagle3kit.train.launch import validate_yaml
-    from eagle3kit.train.session import TrainSession
+    from eagle3kit.train.rehearsal import compare
+    from eagle3kit.train.rehearsal.run import rehearse
     from eagle3kit.verifier import load_model, load_tokenizer
 
     log = out / "trainer.log"
@@ -135,29 +138,15 @@ def handoff(result: dict, out: Path, work: Path, steps: int, loss: str, deadline
          "--loss-implementation", loss, "--seed", "0", "--dry-run"], deadline - time.time(), log)
     result["launch_and_dry_run"] = {"ok": True, "seconds": round(time.perf_counter() - t0, 1),
                                     "yaml": (launch / "run.yaml").read_text()}
-    config = validate_yaml(launch / "run.yaml")
-
-    metrics = work / "metrics.jsonl"
-    if cuda:
-        t0 = time.perf_counter()
-        try:
-            run([PY, "-m", "eagle3kit.train.handoff", str(launch / "run.yaml"), str(metrics)], deadline - time.time(),
-                log)
-            result["speculators"] = {"ok": True, "seconds": round(time.perf_counter() - t0, 1)}
-        except Exception as exc:  # noqa: BLE001 - the session's half still runs and is reported
-            result["speculators"] = {"ok": False, "error": str(exc)[-1500:]}
-    else:
-        result["speculators"] = {"ok": False, "error": "skipped: no CUDA (speculators' trainer needs an accelerator)"}
-
-    device = "cuda" if cuda else "cpu"
-    spec = ho.session_draft(config, device)
-    settings = ho.session_settings(config)
-    if not cuda:  # flex attention has no backward on a CPU, bf16 is emulated: the CPU's exact path, same run
-        import dataclasses
-        spec = dataclasses.replace(spec, attn_implementation="sdpa")
-        settings = {**settings, "hidden_states_dtype": "float32", "loss_implementation": "eager"}
     t0 = time.perf_counter()
-    session = TrainSession(data, spec, progress=False, **settings)
+    rehearsal = rehearse(launch / "run.yaml", work / "rehearsal", steps=steps, timeout=max(60, deadline - time.time()),
+                         progress=False)  # speculators' own trainer; on a CPU with the CPU presented (sdpa, float32)
+    shutil.copy(rehearsal.log, log.with_name("speculators.log"))
+    result["speculators"] = {"ok": rehearsal.ok, "seconds": round(time.perf_counter() - t0, 1),
+                             "command": " ".join(rehearsal.command), "overrides": rehearsal.overrides,
+                             **({} if rehearsal.ok else {"error": rehearsal.log_tail()[-1500:]})}
+    t0 = time.perf_counter()
+    session = compare.session_for(rehearsal, device="cuda" if cuda else "cpu")
     result["initial_weights"] = ho.initial_weights(session.model, launch / "dry_run" / "model.safetensors")
     n = min(steps, len(session.batches))
     session.run(n)
@@ -167,7 +156,7 @@ def handoff(result: dict, out: Path, work: Path, steps: int, loss: str, deadline
                          "loss_implementation": session.settings.loss_implementation,
                          "dtype": session.settings.hidden_states_dtype,
                          "loss_per_ttt_step": records(ho.per_ttt_step(ours, session.ttt_steps))}
-    theirs = ho.read_metrics(metrics)
+    theirs = rehearsal.metrics()
     if len(theirs):
         table = ho.side_by_side(theirs, ours, session.ttt_steps, RTOL, ATOL)
         result["side_by_side"] = {"rtol": RTOL, "atol": ATOL, "all_within": bool(table["within"].all()),
@@ -176,8 +165,8 @@ def handoff(result: dict, out: Path, work: Path, steps: int, loss: str, deadline
 
     drafts = {"eagle3kit TrainSession": session.export(work / "export_session", dtype="bfloat16")}
     if result["speculators"]["ok"]:
-        drafts["speculators train"] = ho.last_checkpoint(config.trainer.save_path)
-    verifier = config.verifier.verifier_name_or_path
+        drafts["speculators train"] = rehearsal.checkpoint()
+    verifier = validate_yaml(launch / "run.yaml").verifier.verifier_name_or_path
     tok = load_tokenizer(verifier)
     prompts = ev.chat_prompts(tok, held_out_conversations(data), 8, 128)
     table, _sim, _real = ev.compare(load_model(verifier), tok, {k: reload(p) for k, p in drafts.items()}, prompts,

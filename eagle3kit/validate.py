@@ -93,6 +93,7 @@ RULES: dict[str, Rule] = {
     "steps": _at_least(0),
     "warm_start_layer": Rule(int, none=True, note="-1: the verifier's last layer; none: random init"),
     "n_gpus": _at_least(1),
+    "ranks": _at_least(1, "data-parallel ranks (processes) the run is trained as"),
     # data (build_dataset, regenerate)
     "n_conversations": _at_least(1),
     "seq_length": _at_least(2, "tokens per conversation"),

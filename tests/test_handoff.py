@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -114,26 +112,17 @@ def test_no_checkpoint_is_a_clear_error(tmp_path):
         handoff.last_checkpoint(tmp_path)
 
 
-@pytest.mark.skipif(torch.accelerator.is_available(), reason="this machine has an accelerator")
-def test_the_trainer_refuses_a_machine_without_an_accelerator(tiny_data, tmp_path, capsys):
-    path = launch(tiny_data, tmp_path)
-    with pytest.raises(UserError, match="needs an accelerator"):
-        handoff.run_trainer(path, tmp_path / "metrics.jsonl")
-
-
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="skipped: no CUDA")
 def test_speculators_trainer_and_the_session_train_the_same_run_on_cuda(tiny_data, tmp_path, capsys):
+    from eagle3kit.train.rehearsal import compare
+    from eagle3kit.train.rehearsal.run import rehearse
+
     path = launch(tiny_data, tmp_path, "--loss-implementation", "eager")  # the fused loss needs torch >= 2.12
-    metrics = tmp_path / "metrics.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "eagle3kit.train.handoff", str(path), str(metrics)],
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    config = validate_yaml(path)
-    session = TrainSession(tiny_data, handoff.session_draft(config, "cuda"), progress=False,
-                           **handoff.session_settings(config))
+    run = rehearse(path, tmp_path / "rehearsal", steps=STEPS, progress=False)
+    assert run.ok and run.overrides == {"num_workers": 0, "max_steps": STEPS, "epochs": 1}, run.log_tail()
+    session = compare.session_for(run, device="cuda")
     session.run(STEPS)
-    table = handoff.side_by_side(handoff.read_metrics(metrics), session.history_frame(), session.ttt_steps,
-                                 rel=2e-2, abs_tol=1e-3)
+    table = handoff.side_by_side(run.metrics(), session.history_frame(), session.ttt_steps, rel=2e-2, abs_tol=1e-3)
     assert len(table) == STEPS * session.ttt_steps and table["within"].all(), table.to_string()
-    assert (handoff.last_checkpoint(config.trainer.save_path) / "config.json").exists()
+    assert (run.checkpoint() / "config.json").exists()

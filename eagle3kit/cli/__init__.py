@@ -7,7 +7,7 @@ Each subcommand is a thin wrapper over a library function; a stage's commands li
 ``args``      options built from typed fields and signatures, the parser that prints one-line errors
 ``preflight`` every option checked before a command starts: values by their rule, inputs, output places
 ``draft``     ``config``, ``doctor``, ``probe``, ``masks`` (notebooks 01-03)
-``train``     ``regenerate``, ``data``, ``train``, ``overfit``, ``launch`` (04-05)
+``train``     ``regenerate``, ``data``, ``train``, ``overfit``, ``launch``, ``rehearse``, ``plan`` (04-05)
 ``evaluate``  ``evaluate``, ``install-vllm``, ``vllm-check`` (06)
 ``__main__``  ``python -m eagle3kit.cli``
 
@@ -71,6 +71,7 @@ COMMANDS: tuple[tuple[str, Handler, Callable[[argparse.ArgumentParser], None]], 
     ("train", cli_train.cmd_train, cli_train.train_options),
     ("overfit", cli_train.cmd_overfit, cli_train.overfit_options),
     ("launch", cli_train.cmd_launch, cli_train.launch_options),
+    ("rehearse", cli_train.cmd_rehearse, cli_train.rehearse_options),
     ("plan", cli_train.cmd_plan, cli_train.plan_options),
     ("doctor", cli_draft.cmd_doctor, cli_draft.doctor_options),
     ("probe", cli_draft.cmd_probe, cli_draft.probe_options),

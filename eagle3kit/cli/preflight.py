@@ -21,7 +21,8 @@ INPUTS: dict[str, str] = {  # dest -> how to make what it names
     "data": "make a data directory with `eagle3kit data --out DIR`",
     "source": "pass a JSONL file of conversations, or leave it out for ShareGPT V3",
     "resume": "pass a checkpoint folder written by `eagle3kit train ... --save DIR`",
-    "draft": "pass a draft exported by `eagle3kit train ... --export DIR`"}
+    "draft": "pass a draft exported by `eagle3kit train ... --export DIR`",
+    "config": "pass the run.yaml that `eagle3kit launch --out DIR` wrote (DIR/run.yaml)"}
 
 
 class InputMissing(FileNotFoundError):

@@ -41,6 +41,14 @@ def load_dataset(data_dir: str | os.PathLike, max_len: int, hidden_states_dtype:
                         split=split, hidden_states_dtype=hidden_states_dtype)
 
 
+def batch_sampler(dataset, total_seq_len: int, seed: int, ranks: int = 1, rank: int = 0,
+                  max_batches: int | None = None) -> MultipackDistributedBatchSamplerV2:
+    """speculators' packing sampler for data-parallel ``rank`` of ``ranks`` (what each GPU of ``speculators train``
+    with ``ranks`` processes draws)."""
+    return MultipackDistributedBatchSamplerV2(batch_max_length=total_seq_len, lengths=dataset.approx_lengths,
+                                              num_replicas=ranks, rank=rank, seed=seed, max_batches=max_batches)
+
+
 def make_loader(
     data_dir: DataDir | str | os.PathLike,
     total_seq_len: int,
@@ -66,8 +74,7 @@ def make_loader(
     if check:
         require_healthy(data)
     dataset = load_dataset(data.path, total_seq_len, hidden_states_dtype, train_ratio, split)
-    sampler = MultipackDistributedBatchSamplerV2(batch_max_length=total_seq_len, lengths=dataset.approx_lengths,
-                                                 num_replicas=1, rank=0, seed=seed, max_batches=max_batches)
+    sampler = batch_sampler(dataset, total_seq_len, seed, max_batches=max_batches)
     collate = CollateFn(total_seq_len, data.hidden_size, num_target_layers=len(data.aux_layer_ids),
                         dtype=hidden_states_dtype, preprocess=shift_batch)
     return DataLoader(dataset, batch_sampler=sampler, num_workers=0, collate_fn=collate)

@@ -9,6 +9,7 @@
 ``versions``          version traps decided from version numbers (fused loss under compile, transformers floor)
 ``low_tau``           ``why_low_tau(DIR)``: why a draft's tau is low, as a short verdict (``doctor --draft --why-tau``)
 ``data_checks``       what a data directory supervises: loss mask, template, aux slices, vocab (``check_data_dir``)
+``rehearsal_checks``  a rehearsal of speculators' trainer: its YAML and save path before, its records and log after
 ``findings``          :class:`Finding` and its table / terminal renderings
 ``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
 ``probe``             the measured backend matrix, each cell in a subprocess

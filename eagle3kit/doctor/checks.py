@@ -68,15 +68,16 @@ def check(subject, batch: dict | None = None, device: str = "auto", training: bo
 
 
 def trainer_findings(dry_run: bool = False) -> list[Finding]:
-    """``speculators train`` needs an accelerator (its distributed setup and device placement assume one); only its
-    ``--dry-run`` runs on a CPU."""
+    """``speculators train`` as it is needs an accelerator (its distributed setup and device placement assume one);
+    ``eagle3kit rehearse`` runs it here with the CPU presented as one."""
     if dry_run or torch.accelerator.is_available():
         return []
     return [Finding("warning", "speculators train needs a GPU: this machine has no accelerator",
                     "with LOCAL_RANK set (torchrun) its distributed setup fails ('No accelerator found' or a missing "
                     "driver); without it the trainer moves the model to an integer device, which needs an accelerator",
-                    "run the torchrun command on a GPU machine; here, check the hand-off with `eagle3kit launch ... "
-                    "--dry-run` (or train on CPU with `eagle3kit train`)", "trainer")]
+                    "run the torchrun command on a GPU machine; here, rehearse it with `eagle3kit rehearse --config "
+                    "run.yaml --out DIR [--ranks 2] [--fsdp]` (speculators' own trainer, the CPU presented as its "
+                    "accelerator)", "trainer")]
 
 
 def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]:

@@ -9,5 +9,6 @@
 ``overfit``     train on one conversation, then decode it with the draft
 ``measure``     measured CPU peaks (a training step, the loss alone): what ``eagle3kit.plan`` is checked against
 ``launch``      speculators ``TrainConfig`` YAML + the torchrun / FSDP command, and its dry run
-``handoff``     speculators' trainer run for real on that YAML, its per-step records read back, the same run's session
+``handoff``     a launch YAML as the session's settings and draft, speculators' per-step records read back
+``rehearsal``   speculators' own trainer run here on that YAML (1 process / torchrun / FSDP), beside the session
 """

@@ -1,17 +1,15 @@
-"""The hand-off run for real: speculators' own trainer on the YAML that :mod:`eagle3kit.train.launch` wrote, its loss
-per TTT step read back, and the :class:`~eagle3kit.train.session.TrainSession` that trains the same run.
+"""The hand-off read both ways: a speculators ``TrainConfig`` YAML (what :mod:`eagle3kit.train.launch` writes) as a
+:class:`~eagle3kit.train.session.TrainSession`'s settings and draft, and the per-step records speculators' ``Trainer``
+logs, read back at full precision (its console shows 3 decimals) and set beside the session's.
+:mod:`eagle3kit.train.rehearsal` runs the trainer itself.
 
-``python -m eagle3kit.train.handoff run.yaml metrics.jsonl`` runs ``speculators train --config run.yaml`` in one
-process (speculators' own ``main``: its seeding, data loaders, ``Trainer`` and checkpoints) with one addition: every
-per-step record its ``Trainer`` logs to ``speculators.metrics`` is also written as one JSON line, at full precision
-(the console shows 3 decimals). That needs an accelerator: speculators' trainer moves the model to ``local_rank``.
-
-What must hold for the two runs to be the same run (speculators 0.9.0, read from its code):
+What must hold for the two runs to be the same run (speculators 0.9.0, read from its code, measured by
+``tests/test_rehearsal.py``):
 
 * the seed: ``set_seed(seed)`` before the draft is built; the session seeds ``torch.manual_seed(seed)`` before
-  building the same draft, so both start from the same weights (``speculators train --dry-run`` shows it on a CPU);
-* the batches: ``MultipackDistributedBatchSamplerV2`` with ``seed`` and ``set_epoch(epoch)``, the same sampler the
-  session's :class:`~eagle3kit.train.batches.Batches` drive;
+  building the same draft, so both start from the same weights (a ``from_pretrained`` run: the saved weights);
+* the batches: ``MultipackDistributedBatchSamplerV2`` with ``seed``, ``set_epoch(epoch)`` and one sampler per rank,
+  the samplers the session's :class:`~eagle3kit.train.batches.Batches` drive (``TrainSettings.ranks``);
 * one epoch: with ``max_steps`` below an epoch's batches speculators' ``train_epoch`` stops at ``max_steps``, but
   ``run_training`` then starts the next epoch, which takes one step before it checks again: keep ``epochs: 1``.
 * the optimizer and schedule: :func:`session_settings` refuses a YAML whose optimizer or scheduler fields the
@@ -23,8 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +28,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from eagle3kit.draft.config import DraftSpec
+from eagle3kit.draft.config import DraftSpec, spec_from_saved
 from eagle3kit.errors import UserError
 from eagle3kit.train.loop import optimizer_args
 
@@ -130,12 +126,13 @@ class _Fields:
 
 
 def session_draft(config, device: str = "auto") -> DraftSpec:
-    """The draft a ``TrainConfig`` trains, as a :class:`~eagle3kit.draft.config.DraftSpec` (``from_pretrained``
-    runs start from saved weights instead: the session cannot mirror them)."""
+    """The draft a ``TrainConfig`` trains, as a :class:`~eagle3kit.draft.config.DraftSpec`; for a
+    ``from_pretrained`` run, the saved draft's shape (its weights: :func:`pretrained_weights`)."""
     f = _flat(config)
     if f.get("from_pretrained"):
-        raise UserError(f"The YAML starts from {f['from_pretrained']}; compare runs that start from the seeded "
-                        "draft (write the YAML without warm_start_layer).")
+        return spec_from_saved(f["from_pretrained"], verifier=f["verifier_name_or_path"], ttt_steps=f["ttt_steps"],
+                               attn_implementation=f["draft_attn_impl"], device=device,
+                               draft_vocab_size=f.get("draft_vocab_size"), aux_layer_ids=list(f["target_layer_ids"]))
     return DraftSpec(
         verifier=f["verifier_name_or_path"], num_layers=f["num_layers"], draft_arch=f["draft_arch"],
         draft_vocab_size=f.get("draft_vocab_size"), aux_layer_ids=list(f["target_layer_ids"]),
@@ -144,6 +141,22 @@ def session_draft(config, device: str = "auto") -> DraftSpec:
         full_attention_indices=list(f["full_attention_indices"] or []),
         norm_before_residual=f["norm_before_residual"], norm_before_fc=f["norm_before_fc"], fc_norm=f["fc_norm"],
         norm_output=f["norm_output"], embed_requires_grad=f["embed_requires_grad"])
+
+
+def pretrained_weights(config) -> dict[str, torch.Tensor] | None:
+    """The weights a ``from_pretrained`` run starts from (float32), as speculators' ``from_pretrained`` loads them;
+    None for a run that starts from the seeded draft."""
+    folder = _flat(config).get("from_pretrained")
+    if not folder:
+        return None
+    from safetensors.torch import load_file  # lazy: only a from_pretrained run reads the folder
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise UserError(f"from_pretrained {folder} holds no *.safetensors; write it with `eagle3kit launch "
+                        "--warm-start-layer N` or point the YAML at a saved draft.")
+    state = {k: v for f in files for k, v in load_file(str(f)).items()}
+    return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
 
 
 def initial_weights(model: torch.nn.Module, saved: str | os.PathLike) -> dict[str, Any]:
@@ -165,28 +178,3 @@ def last_checkpoint(save_path: str | os.PathLike) -> Path:
     if not epochs:
         raise FileNotFoundError(f"{save_path} holds no checkpoint of speculators' trainer (no <epoch>/config.json).")
     return epochs[-1]
-
-
-def run_trainer(config_path: str | os.PathLike, metrics_path: str | os.PathLike) -> None:
-    """``speculators train --config config_path`` in this process, its per-step records also in ``metrics_path``."""
-    if not torch.accelerator.is_available():
-        raise UserError("speculators' trainer needs an accelerator (it moves the draft to local_rank); on this "
-                        "machine check the YAML with `eagle3kit launch ... --dry-run` and train with TrainSession.")
-    from speculators.train.cli import main  # lazy: only a GPU run needs the trainer's entry point
-
-    from eagle3kit.train.launch import validate_yaml
-
-    Path(metrics_path).unlink(missing_ok=True)
-    root = logging.getLogger()
-    root.addHandler(MetricsFile(metrics_path))  # speculators' dictConfig resets its own loggers' handlers, not root's
-    console = logging.StreamHandler(sys.stdout)
-    console.addFilter(lambda r: not isinstance(r.msg, Mapping))
-    root.addHandler(console)
-    root.setLevel(logging.INFO)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        main(validate_yaml(config_path))
-
-
-if __name__ == "__main__":
-    run_trainer(sys.argv[1], sys.argv[2])

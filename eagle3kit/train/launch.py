@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 import yaml
 from speculators.train.config import TrainConfig
 from speculators.train.config.resolution import DECODER_SHAPING_FLAGS
@@ -143,7 +144,7 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     flat = flat_config(build, settings, data_dir, out / "checkpoints", **options)
     if getattr(settings, "warm_start_layer", None) is not None:  # speculators starts from these weights
         flat["from_pretrained"] = str(write_warm_start(build, data_dir, out / "warm_start",
-                                                       settings.warm_start_layer).resolve())
+                                                       settings.warm_start_layer, settings.seed).resolve())
         for key in DECODER_SHAPING_FLAGS:  # the saved draft defines the decoder; speculators refuses both
             flat.pop(key, None)
     flat = {k: v for k, v in flat.items() if v is not None}
@@ -180,8 +181,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else "..." + text[-57:]
 
 
-def write_warm_start(build: DraftBuild, data_dir: str | os.PathLike, out_dir: str | os.PathLike, layer: int) -> Path:
-    """The warm-started draft (:mod:`eagle3kit.draft.warm_start`) saved for ``speculators train --from-pretrained``."""
+def write_warm_start(build: DraftBuild, data_dir: str | os.PathLike, out_dir: str | os.PathLike, layer: int,
+                     seed: int = 0) -> Path:
+    """The warm-started draft (:mod:`eagle3kit.draft.warm_start`) saved for ``speculators train --from-pretrained``,
+    seeded as a :class:`~eagle3kit.train.session.TrainSession` with that ``seed`` seeds it: the same starting weights
+    (the random token half of the first layer's q/k/v included)."""
+    torch.manual_seed(seed)
     return save_draft(build_for_data(build, data_dir, layer), out_dir)
 
 

@@ -70,6 +70,9 @@ class TrainSettings:
     # None: speculators' random init. N: start the draft layer, fc and norm from verifier decoder layer N (-1: the
     # last); see eagle3kit.draft.warm_start. Applies to a new run (a resumed one loads its checkpoint).
     warm_start_layer: int | None = None
+    # Data-parallel ranks the run is trained as: each step draws one batch per rank (each rank's sampler) and
+    # averages their gradients, as DDP / FSDP do for `torchrun --nproc_per_node=ranks -m speculators.train`.
+    ranks: int = 1
 
     def resolved(self, device: str) -> TrainSettings:
         cpu = not device.startswith("cuda")
@@ -112,7 +115,7 @@ class TrainSession:
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = draft_ttt_steps(self.build.config)
-        self.batches = Batches(self.data, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype)
+        self.batches = Batches(self.data, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype, s.ranks)
         self.loss_config = resolve_loss_config(s.loss_fn, s.loss_implementation)
         torch.manual_seed(s.seed)
         self.model = build_for_data(self.build, self.data_dir, s.warm_start_layer)
@@ -145,16 +148,11 @@ class TrainSession:
         with self._lock:
             self._check_not_complete()
             t0 = time.perf_counter()
-            batch = self.batches.peek()
+            batches = self.batches.peek_ranks()
             t_data = time.perf_counter() - t0
             lr = self.optimizers[-1].param_groups[0]["lr"]  # the AdamW (base) group's LR
-            with self.autocast():
-                _, loss, metrics = self.model(
-                    **batch, ttt_steps=self.ttt_steps, ttt_step_loss_decay=self.settings.ttt_step_loss_decay,
-                    loss_config=self.loss_config,
-                )
             self._zero_grad()
-            loss.backward()
+            loss, metrics = self._forward_backward(batches)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
             stacked = torch.stack([v.float().reshape(()) for v in metrics.values()]).tolist()  # one sync
             values = dict(zip(metrics, stacked, strict=True))
@@ -174,13 +172,28 @@ class TrainSession:
             epoch, index = self.position
             self.batches.advance()
             self.global_step += 1
-            tokens = int((batch["document_ids"] != -1).sum())
+            tokens = sum(int((b["document_ids"] != -1).sum()) for b in batches)
             record = {"step": self.global_step, "epoch": epoch, "batch": index,
-                      **normalize_counted_metrics(values), "tokens": tokens,
-                      "loss_tokens": int(batch["loss_mask"].sum()), "seconds": seconds, "data_seconds": t_data,
-                      "tokens_per_s": tokens / seconds, "lr": lr, "grad_norm": float(grad_norm)}
+                      **normalize_counted_metrics(values, len(batches)), "tokens": tokens,
+                      "loss_tokens": sum(int(b["loss_mask"].sum()) for b in batches), "seconds": seconds,
+                      "data_seconds": t_data, "tokens_per_s": tokens / seconds, "lr": lr, "grad_norm": float(grad_norm)}
             self.history.append(record)
             return record
+
+    def _forward_backward(self, batches: list[dict[str, Any]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Each rank's forward and backward; gradients averaged over ranks (DDP's mean), metrics summed over ranks
+        (speculators' all-reduce before ``normalize_counted_metrics``). Returns the mean loss and the summed metrics."""
+        total_loss, summed = 0.0, {}
+        for batch in batches:
+            with self.autocast():
+                _, loss, metrics = self.model(
+                    **batch, ttt_steps=self.ttt_steps, ttt_step_loss_decay=self.settings.ttt_step_loss_decay,
+                    loss_config=self.loss_config,
+                )
+            (loss / len(batches) if len(batches) > 1 else loss).backward()
+            total_loss = total_loss + loss.detach() / len(batches)
+            summed = {k: summed[k] + v.detach() if k in summed else v.detach() for k, v in metrics.items()}
+        return total_loss, summed
 
     def run(self, n: int, callback: Callable[[dict], Any] | None = None,
             checkpoint_dir: str | os.PathLike | None = None,
