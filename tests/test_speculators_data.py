@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from datasets import load_from_disk
 from speculators.cli.prepare_data import prepare_data
 from test_refusals import refused
@@ -125,8 +126,14 @@ def test_notebook_05s_data_dir_without_a_draft_names_the_verifier(spec_dir):
         TrainSession(DataDir(spec_dir), build_config(verifier="tiny", draft_vocab_size=VOCAB).spec)
 
 
-def test_train_evaluate_and_doctor_on_it(spec_dir, exported, capsys):
+def test_train_launch_evaluate_and_doctor_on_it(spec_dir, exported, tmp_path, capsys):
     assert (exported / "config.json").exists()
+    assert main(["launch", "--data", str(spec_dir), "--verifier", "tiny", "--aux-layer-ids", *map(str, AUX),
+                 "--out", str(tmp_path / "launch"), "--gpus", "1"]) == 0
+    run = yaml.safe_load((tmp_path / "launch" / "run.yaml").read_text())
+    assert run["train"]["draft"]["target_layer_ids"] == AUX
+    assert run["train"]["data"]["data_path"] == str(spec_dir.resolve())
+    capsys.readouterr()
     assert main(["evaluate", "--draft", str(exported), "--data", str(spec_dir), "--n-prompts", "2",
                  "--max-new-tokens", "4", "--no-decode"]) == 0
     assert "2 prompts" in capsys.readouterr().out  # its validation rows' prompts
