@@ -43,6 +43,8 @@ CONVERSATIONS = {
     "thinking-inline": [{"role": "user", "content": "Say hi."},
                         {"role": "assistant", "content": "<think>\nA greeting.\n</think>\n\nHi!"}],
 }
+pytestmark = pytest.mark.vllm  # vLLM's render server runs from the vLLM environment (skipped without it)
+
 KINDS = {"single": "single turn", "system-multi": "multi-turn, system prompt", "thinking": "thinking",
          "thinking-multi": "thinking, multi-turn, system prompt", "thinking-inline": "thinking"}
 
