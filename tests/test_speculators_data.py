@@ -183,3 +183,10 @@ def test_fill_refuses_what_prepare_data_did_not_write(spec_dir, tmp_path):
     (tmp_path / "ours" / conv.HELD_OUT).write_text("")
     with pytest.raises(DataError, match="no dataset `speculators prepare-data` wrote"):
         fill_hidden_states("tiny", tmp_path / "ours")
+
+
+def test_a_prepared_dataset_without_hidden_states_gets_the_command_that_fills_it(tiny_rows, tmp_path):
+    out = prepare(tmp_path, tiny_rows[:3])
+    found = check_data_dir(out, "tiny")
+    assert len(found) == 1 and found[0].severity == "error" and "has no hidden states" in found[0].what, found
+    assert f"eagle3kit data --out {out} --verifier tiny" in found[0].fix

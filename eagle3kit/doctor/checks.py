@@ -95,6 +95,9 @@ def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]
         return [Finding("error", f"data directory {data_dir} cannot be checked", f"{exc}",
                         "pass the verifier that made it (--verifier NAME_OR_DIR)", "data_dir")]
     found = bad_files(data_dir)
+    if found and not data_dir.hidden_state_files():  # none at all: a prepared dataset not filled yet
+        return [Finding("error", f"data directory {data_dir} has no hidden states", f"its {len(found)} rows have no "
+                        "hs_*.safetensors file", remake_command(data_dir), "data_dir")]
     if found:
         fix = remake_command(data_dir)
         return [Finding("error", f"hidden-state file {path} is unusable", why, fix, "data_dir")
