@@ -104,7 +104,9 @@ def test_what_the_files_give_is_read_and_the_rest_is_told(spec_dir, tiny_verifie
 
 def test_every_command_refuses_in_one_line_what_it_cannot_infer(spec_dir, exported, tmp_path, capsys):
     d = str(spec_dir)
-    cases = {("train", "--data", d, "--steps", "1"): "pass --verifier",
+    cases = {("data", "--out", d): "pass --verifier",
+             ("data", "--out", d, "--verifier", "smollm2"): "576",  # another model's hidden size than its files'
+             ("train", "--data", d, "--steps", "1"): "pass --verifier",
              ("train", "--data", d, "--verifier", "tiny", "--steps", "1"): "pass --aux-layer-ids",
              ("train", "--data", d, "--verifier", "tiny", "--aux-layer-ids", "1", "2"): "stores 4 hidden states",
              ("launch", "--data", d, "--out", str(tmp_path / "l")): "pass --verifier",

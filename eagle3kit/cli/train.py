@@ -43,8 +43,10 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
 
 
 def data_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--verifier", default="smollm2")
-    p.add_argument("--out", required=True, help="data directory (pass it to speculators train --data-path)")
+    p.add_argument("--verifier", default=None, help="default: smollm2 (named by you for a dataset `speculators "
+                   "prepare-data` wrote: the model whose tokenizer rendered it)")
+    p.add_argument("--out", required=True, help="data directory (pass it to speculators train --data-path); a dataset "
+                   "`speculators prepare-data` wrote gets its hidden states")
     p.add_argument("--n-conversations", type=int, default=64)
     p.add_argument("--seq-length", type=int, default=512)
     p.add_argument("--draft-vocab-size", type=int, default=None, help="write d2t-N.npy / t2d-N.npy for this size")
@@ -68,11 +70,13 @@ def cmd_data(args: argparse.Namespace) -> int:
     from eagle3kit.assets import AssetMissingError  # lazy: torch + transformers take seconds to import
     from eagle3kit.data.dataset import build_dataset, prepared_elsewhere
     from eagle3kit.data.targets import verify_targets
+    from eagle3kit.verifier import DEFAULT_VERIFIER
 
     if prepared_elsewhere(args.out):
         return _fill(args)
     try:
-        info = build_dataset(verifier=args.verifier, out_dir=args.out, n_conversations=args.n_conversations,
+        info = build_dataset(verifier=args.verifier or DEFAULT_VERIFIER, out_dir=args.out,
+                             n_conversations=args.n_conversations,
                              seq_length=args.seq_length, draft_vocab_size=args.draft_vocab_size, seed=args.seed,
                              held_out=args.held_out, source=args.source, dtype=args.dtype, device=args.device,
                              batch_size=args.batch_size, overwrite=args.overwrite, aux_layer_ids=args.aux_layer_ids)
@@ -95,6 +99,9 @@ def _fill(args: argparse.Namespace) -> int:
     from eagle3kit.data.fill import fill_hidden_states
     from eagle3kit.data.targets import verify_targets
 
+    if args.verifier is None:  # its rows are some tokenizer's ids: the default verifier would be a guess
+        raise UserError(f"{args.out} holds a dataset `speculators prepare-data` wrote; pass --verifier NAME_OR_DIR, "
+                        "the model whose tokenizer it was rendered with (its --model).")
     info = fill_hidden_states(args.verifier, args.out, args.aux_layer_ids, args.draft_vocab_size, args.dtype,
                               args.device, args.batch_size)
     print(json.dumps(info.to_dict(), indent=2))
