@@ -1,6 +1,6 @@
 """eagle3kit's loss mask against speculators' prepare-data mask on the same conversations, and the render route's cost.
 
-    .venv/bin/python bench/mask_agreement.py [--sharegpt 40] [--out bench/results/mask_agreement]
+    .venv/bin/python bench/mask_agreement.py [--sharegpt 40] [--routes] [--out bench/results/mask_agreement]
 
 For each verifier (``tiny``: SmolLM2's tokenizer and ChatML template; ``tiny-qwen3``: Qwen3's tokenizer and thinking
 template) in one run: vLLM's GPU-less render server (``vllm launch render``, from the vLLM environment) is started and
@@ -10,7 +10,8 @@ eagle3kit's ``conversations.rows`` and the rows are compared token for token (``
 Conversations: the kinds of tests/test_mask_agreement.py, then the first ``--sharegpt`` usable ShareGPT V3 ones.
 "before" is what eagle3kit did before issue 36 on the same rows: reasoning dropped, one render per conversation
 (a conversation whose template re-renders history was refused: every token of its rows counts as differing).
-Writes ``OUT.json`` and ``OUT.md``.
+``--routes`` also times the two render routes on the real SmolLM2: ``vllm launch render`` and the full engine's
+``vllm serve --enable-scale-out`` (start-up, one render, prepare-data). Writes ``OUT.json`` and ``OUT.md``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,10 +63,45 @@ def compare(tok, conversations: dict, endpoint: str, old: bool) -> agreement.pd.
     return agreement.pd.DataFrame(rows, columns=agreement.COLUMNS)
 
 
+def prepare(v, conversations: dict, url: str) -> float:
+    """Seconds the real ``speculators prepare-data`` CLI takes on ``conversations`` against ``url``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "c.jsonl"
+        src.write_text("".join(json.dumps({"conversations": c}) + "\n" for c in conversations.values()))
+        t0 = time.perf_counter()
+        subprocess.run([str(Path(sys.executable).parent / "speculators"), "prepare-data", "--model", v.path, "--data",
+                        str(src), "--output", str(Path(tmp) / "out"), "--render-endpoint", url, "--seq-length",
+                        "4096", "--num-preprocessing-workers", "1"], check=True, capture_output=True)
+        return time.perf_counter() - t0
+
+
+def routes(conversations: dict, result: dict) -> list[str]:
+    """The two render routes on SmolLM2 (the real 135M model): start-up, one render, prepare-data."""
+    v, rows = resolve("smollm2"), []
+    body = json.dumps({"messages": [{"role": "user", "content": "hello " * 200}], "add_generation_prompt": True})
+    for serve in (False, True):
+        t0 = time.perf_counter()
+        with rendered(v.path, timeout=900, serve=serve) as url:
+            up = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            for _ in range(50):
+                request = urllib.request.Request(f"{url}/v1/chat/completions/render", data=body.encode(),
+                                                 headers={"content-type": "application/json"})
+                urllib.request.urlopen(request).read()
+            rows.append({"route": "vllm serve --enable-scale-out" if serve else "vllm launch render",
+                         "up_s": round(up, 1), "render_ms": round((time.perf_counter() - t1) * 20, 1),
+                         "prepare_data_s": round(prepare(v, conversations, url), 1)})
+    result["routes"] = rows
+    return ["## The render routes on `smollm2` (SmolLM2-135M-Instruct, fp32)", "",
+            f"start-up to `/health`, one render of a ~200-token prompt (mean of 50), `prepare-data` on "
+            f"{len(conversations)} conversations:", "", markdown_table(agreement.pd.DataFrame(rows)), ""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sharegpt", type=int, default=40)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "mask_agreement"))
+    ap.add_argument("--routes", action="store_true", help="also time both render routes on SmolLM2")
     args = ap.parse_args()
     sharegpt = {f"sharegpt-{i}": c for i, c in enumerate(conv.read_sharegpt()[: 3 * args.sharegpt])
                 if conv.usable(conv.normalize(c))}
@@ -81,15 +118,7 @@ def main() -> None:
         t0 = time.perf_counter()
         with rendered(v.path) as url:
             up = time.perf_counter() - t0
-            with tempfile.TemporaryDirectory() as tmp:
-                src = Path(tmp) / "c.jsonl"
-                src.write_text("".join(json.dumps({"conversations": c}) + "\n" for c in conversations.values()))
-                t1 = time.perf_counter()
-                subprocess.run([str(Path(sys.executable).parent / "speculators"), "prepare-data", "--model", v.path,
-                                "--data", str(src), "--output", str(Path(tmp) / "out"), "--render-endpoint", url,
-                                "--seq-length", "4096", "--num-preprocessing-workers", "1"], check=True,
-                               capture_output=True)
-                prepare_s = time.perf_counter() - t1
+            prepare_s = prepare(v, conversations, url)
             now = agreement.summary(compare(tok, conversations, url, old=False), kinds)
             then = agreement.summary(compare(tok, conversations, url, old=True), kinds)
         table = now.assign(before_ids_differ=then["ids_differ"], before_mask_differ=then["mask_differ"])
@@ -99,6 +128,8 @@ def main() -> None:
                f"render server up in {up:.1f} s; `speculators prepare-data` on {len(conversations)} conversations "
                f"in {prepare_s:.1f} s", "", markdown_table(table), ""]
         print("\n".join(md[-6:]), flush=True)
+    if args.routes:
+        md += routes(conversations, result)
     result["load_after"] = os.getloadavg()
     Path(args.out + ".json").write_text(json.dumps(result, indent=2))
     Path(args.out + ".md").write_text("\n".join(md) + "\n")

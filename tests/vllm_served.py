@@ -47,13 +47,15 @@ def served(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None 
 
 @contextlib.contextmanager
 def rendered(model_dir: str | os.PathLike, timeout: float = 300.0, venv: str | os.PathLike | None = None,
-             log_path: str | os.PathLike | None = None) -> Iterator[str]:
+             log_path: str | os.PathLike | None = None, serve: bool = False) -> Iterator[str]:
     """``vllm launch render MODEL``: vLLM's GPU-less render server (tokenizer and chat template, no weights), the
-    endpoint ``speculators prepare-data --render-endpoint`` renders conversations with; yield its base URL."""
+    endpoint ``speculators prepare-data --render-endpoint`` renders conversations with; yield its base URL.
+    ``serve``: the full engine with its render endpoints instead (``vllm serve MODEL --enable-scale-out``)."""
     python = vllm_python(venv)
     port = _free_port("127.0.0.1")
-    argv = [str(python.parent / "vllm"), "launch", "render", str(model_dir), "--host", "127.0.0.1", "--port",
-            str(port)]
+    how = ["serve", str(model_dir), "--enable-scale-out", "--dtype", "float32", "--enforce-eager"] if serve else [
+        "launch", "render", str(model_dir)]
+    argv = [str(python.parent / "vllm"), *how, "--host", "127.0.0.1", "--port", str(port)]
     with _running(argv, port, timeout, log_path) as url:
         yield url
 
