@@ -84,7 +84,8 @@ def compare_masks(tokenizer, conversations: dict[str, conv.Conversation], endpoi
     records = []
     for name, conversation in conversations.items():
         turns = conv.normalize(conv.turns_of(conversation))
-        for r in compare_conversation(tokenizer, turns, speculators_rows(tokenizer, turns, endpoint, seq_length),
+        raw = conversation if isinstance(conversation, list) else turns  # speculators normalises its own input
+        for r in compare_conversation(tokenizer, turns, speculators_rows(tokenizer, raw, endpoint, seq_length),
                                       seq_length):
             records.append({**r, "conversation": name})
     return pd.DataFrame(records, columns=COLUMNS)

@@ -69,8 +69,8 @@ class DataDir:
         if self.manifest is None:
             self.check_compatible(verifier, aux_layer_ids)
             if verifier is not None:
-                self._told["verifier"] = verifier.path or verifier.name if isinstance(verifier, Verifier) else str(
-                    verifier)
+                self._told["verifier"] = ((verifier.path or verifier.name) if isinstance(verifier, Verifier)
+                                          else str(verifier))
             if aux_layer_ids is not None:
                 self._told["aux_layer_ids"] = list(aux_layer_ids)
         return self
