@@ -113,6 +113,7 @@ def test_every_command_refuses_in_one_line_what_it_cannot_infer(spec_dir, export
              ("launch", "--data", d, "--verifier", "tiny", "--out", str(tmp_path / "l")): "pass --aux-layer-ids",
              ("doctor", "--data", d): "pass --verifier",
              ("evaluate", "--draft", str(exported), "--data", d, "--max-prompt-tokens", "4"): "--max-prompt-tokens",
+             ("vllm-check", "--draft", str(exported), "--data", d, "--max-prompt-tokens", "4"): "--max-prompt-tokens",
              ("overfit", "--verifier", "tiny", "--source", d, "--out", str(tmp_path / "o")): "a data directory?"}
     for argv, words in cases.items():
         assert words in refused(capsys, list(argv)), argv

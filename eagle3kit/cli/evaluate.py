@@ -156,8 +156,8 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
     from eagle3kit.tables import format_table
     from eagle3kit.verifier import load_model, load_tokenizer
 
+    sources = _sources(args)  # no prompts: say so before the draft and vLLM are looked at
     draft, verifier, k = serve.check_inputs(args.draft, args.verifier, args.k or None)
-    sources = _sources(args)  # no prompts: say so before vLLM is looked for
     python = vllm_python()  # no vLLM environment: say how to make one before anything is loaded
     tok = load_tokenizer(str(verifier))
     prompts = _prompts(args, sources, tok)
