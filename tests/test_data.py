@@ -379,18 +379,19 @@ def test_a_directory_without_manifest_opens_with_what_its_files_tell(built, tmp_
     (plain / MANIFEST).unlink()
     data = DataDir(plain)
     assert not data.has_manifest and data.manifest is None and data.has_arrow
-    assert (data.verifier_ref, data.aux_layer_ids, data.seq_length, data.complete) == (None, None, None, None)
+    assert (data.verifier_ref, data.aux_layer_ids, data.seq_length) == (None, None, None)  # told, not read
+    assert (data.n_samples, data.complete, data.dtype) == (info.n_samples, True, info.dtype)  # from the files
     assert (data.hidden_size, data.n_states) == (info.hidden_size, len(info.aux_layer_ids) + 1)  # from a file
     assert data.draft_vocab_sizes == [256] and len(data.hidden_state_files()) == info.n_samples
-    for refuse in (data.require_manifest, data.check_compatible):
-        with pytest.raises(DataError, match="no eagle3kit_data.json"):
-            refuse()
-    with pytest.raises(DataError, match="pass verifier="):
+    with pytest.raises(DataError, match="no eagle3kit_data.json"):
+        data.require_manifest()
+    assert data.check_compatible() is data  # nothing told: nothing to compare the files with
+    with pytest.raises(DataError, match="pass verifier=NAME_OR_DIR"):
         verify_targets(plain)
     assert verify_targets(plain, verifier=tiny_verifier, n_samples=1)["ok"]
     assert bad_files(data) == {}  # every file is checked against the shape the first one gives
     data.hidden_state_file(1).write_bytes(data.hidden_state_file(1).read_bytes()[:100])
-    with pytest.raises(DataError, match=r"1 unusable .*hs_1\.safetensors: unreadable.*no eagle3kit manifest"):
+    with pytest.raises(DataError, match=r"1 unusable .*hs_1\.safetensors: unreadable.*eagle3kit data --out"):
         require_healthy(plain)
     empty = DataDir(tmp_path / "empty")
     assert (empty.has_manifest, empty.has_arrow, empty.hidden_size, empty.draft_vocab_sizes) == (False, False, None, [])

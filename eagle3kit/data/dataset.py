@@ -23,10 +23,13 @@ API (the notebooks keep the directory at ``{workdir}/data``)::
     prompts = held_out_prompts(out_dir)                  # eagle3kit.data.loader: chat turns up to the first reply
     verify_targets(out_dir, n_samples=2)                 # eagle3kit.data.targets: the pre-norm proof
 
-Rows: one per conversation (all its assistant turns supervised), not speculators' one row per assistant turn; a
-conversation whose replies all lie beyond ``seq_length`` is dropped and counted, and the next one is taken, so
-``n_conversations`` is the number of rows. Extraction is resumable: finished files are skipped, bad ones
-(truncated, NaN, wrong tokens) are made again, every file is written atomically.
+Rows: one per conversation (all its assistant turns supervised), not speculators' one row per assistant turn, unless
+the chat template re-renders history replies (Qwen3's thinking template): then one row per reply, as speculators makes
+them (:func:`eagle3kit.data.conversations.rows`; counted as ``per_reply``). A row whose replies all lie beyond
+``seq_length`` is dropped and counted, and the next one is taken, so ``n_conversations`` is the number of rows.
+Extraction is resumable: finished files are skipped, bad ones (truncated, NaN, wrong tokens) are made again, every
+file is written atomically. A directory ``speculators prepare-data`` made is not rebuilt here: its hidden states are
+filled by :func:`eagle3kit.data.fill.fill_hidden_states` (``eagle3kit data --out DIR`` does it).
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
 
 from datasets import Dataset, load_from_disk
 from tqdm.auto import tqdm
@@ -50,8 +52,7 @@ from eagle3kit import validate
 from eagle3kit.data.directory import HIDDEN_STATES, MANIFEST, DataDir, DataError, Manifest, Request, verifier_identity
 from eagle3kit.device import native_dtype, resolve_device
 from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
-from eagle3kit.outputs import check_output
-from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
+from eagle3kit.verifier import Verifier, load_tokenizer, resolve
 
 
 @dataclass
@@ -95,6 +96,13 @@ def _only_ours(out: Path) -> bool:
     return all(any(p.match(pattern) for pattern in _OURS) for p in out.iterdir())
 
 
+def prepared_elsewhere(out: str | os.PathLike) -> bool:
+    """True for a directory holding an Arrow dataset without an eagle3kit manifest or held-out file: what
+    ``speculators prepare-data`` writes (an interrupted ``build_dataset`` has written ``held_out.jsonl`` first)."""
+    data = DataDir(out)
+    return data.has_arrow and not data.has_manifest and not (Path(out) / conv.HELD_OUT).exists()
+
+
 def _clear(out: Path) -> None:
     for pattern in _OURS:
         for p in out.glob(pattern):
@@ -127,11 +135,14 @@ def training_rows(tokenizer, request: Request, counts: dict | None = None
 
     def rows() -> Iterator[tuple[conv.Turns, conv.Tokenized]]:
         for turns in stream:
-            t = conv.tokenize(tokenizer, turns, request.seq_length)
-            if sum(t.loss_mask) == 0:  # every assistant token lies beyond seq_length
-                counts["dropped_empty"] = counts.get("dropped_empty", 0) + 1
-                continue
-            yield turns, t
+            made = conv.rows(tokenizer, turns, request.seq_length)
+            if len(made) > 1:  # the template re-renders history replies: one row per reply
+                counts["per_reply"] = counts.get("per_reply", 0) + 1
+            for t in made:
+                if sum(t.loss_mask) == 0:  # every assistant token lies beyond seq_length
+                    counts["dropped_empty"] = counts.get("dropped_empty", 0) + 1
+                    continue
+                yield turns, t
 
     return held, rows()
 
@@ -207,8 +218,9 @@ def build_dataset(
             what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
             raise DataError(f"{out} was made with other settings ({what}); pass --overwrite (overwrite=True) to "
                             "rebuild it, or choose another --out.")
-    elif out.exists() and not _only_ours(out):
-        raise DataError(f"{out} is not empty and has no {MANIFEST}; choose an empty or new out_dir.")
+    elif out.exists() and (not _only_ours(out) or prepared_elsewhere(out)):
+        raise DataError(f"{out} is not empty and has no {MANIFEST}; choose an empty or new out_dir (a dataset "
+                        "`speculators prepare-data` wrote is filled by `eagle3kit data --out DIR --verifier V`).")
     elif out.exists():
         _clear(out)  # a first build interrupted before its manifest: start again
 
@@ -219,19 +231,12 @@ def build_dataset(
 
     samples = input_id_rows(out)
     hs_dir = data.hidden_states_dir
-    hs.remove_partial(hs_dir)
-    state = hs.scan(hs_dir, samples, len(aux) + 1, text.hidden_size)
-    for i in state["bad"]:
-        hs.hs_path(hs_dir, i).unlink(missing_ok=True)
-    stats = {"written": 0, "tokens_per_s": (manifest.extraction or {}).get("tokens_per_s")}
-    if state["missing"]:  # the token count is known now: is there room for the files, before the verifier loads?
-        check_output(out, "out_dir", need_bytes=sum(hs.sample_file_bytes(
-            len(samples[i]), text.hidden_size, len(aux) + 1, getattr(torch, dtype).itemsize) for i in state["missing"]))
-        model = load_model(v, dtype=dtype, device=device)
-        stats = hs.extract_to_files(model, samples, hs_dir, aux, set(state["missing"]), batch_size,
-                                    getattr(torch, dtype), device, progress)
+    state, stats = hs.fill(v, hs_dir, samples, aux, dtype, device, batch_size, progress)
+    if stats["written"]:
         manifest.extraction = {"tokens_per_s": round(stats["tokens_per_s"], 1), "device": device,
-                                  "batch_size": batch_size, "seconds": round(stats["seconds"], 2)}
+                               "batch_size": batch_size, "seconds": round(stats["seconds"], 2)}
+    else:
+        stats["tokens_per_s"] = (manifest.extraction or {}).get("tokens_per_s")
 
     cov = 1.0
     if draft_vocab_size is not None:

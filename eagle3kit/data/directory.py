@@ -1,145 +1,79 @@
 """A data directory as one object: :class:`DataDir` reads ``eagle3kit_data.json`` once and owns its format, the
 paths inside the folder, the verifier identity and the compatibility check.
 
-Two kinds of directory open:
+Two kinds of directory open, under one rule:
 
 * one made by :func:`eagle3kit.data.dataset.build_dataset`: ``has_manifest`` is True and ``manifest`` is a
-  :class:`Manifest` (verifier identity, aux layer ids, the request it was made with, counts, vocab mappings);
-* one made by speculators' own pipeline (``speculators prepare-data`` + ``generate-offline-data``): the same Arrow
-  dataset and ``hidden_states/hs_{i}.safetensors`` but no eagle3kit manifest. ``has_manifest`` is False,
-  ``manifest`` None, and what the files tell is still read: ``hidden_size`` and ``n_states`` from the first
-  hidden-state file's header, ``draft_vocab_sizes`` from the ``t2d-{N}.npy`` files; what only the manifest knows
-  (``verifier_ref``, ``aux_layer_ids``, ``seq_length``, ``dtype``, ``n_samples``, ``complete``) is None.
-  :meth:`DataDir.require_manifest` and :meth:`DataDir.check_compatible` refuse such a directory with one sentence.
+  :class:`~eagle3kit.data.manifest.Manifest` (verifier identity, aux layer ids, the request it was made with,
+  counts, vocab mappings);
+* one made by speculators' own pipeline (``speculators prepare-data``, then ``generate-offline-data`` or
+  ``eagle3kit data --out DIR`` filling its hidden states): the same Arrow dataset and
+  ``hidden_states/hs_{i}.safetensors`` but no eagle3kit manifest. What the files tell is read from them:
+  ``hidden_size``, ``n_states`` and ``dtype`` from the first hidden-state file, ``n_samples`` from the Arrow
+  dataset, ``complete`` from which rows have a file, ``draft_vocab_sizes`` from the ``t2d-{N}.npy`` files. What only
+  the user knows is told by name (``DataDir.open(path, verifier=..., aux_layer_ids=...)``, the CLI's ``--verifier``
+  and ``--aux-layer-ids``, or the draft's config) and then read back as ``verifier_ref`` / ``aux_layer_ids``;
+  :meth:`DataDir.require_verifier` and :meth:`DataDir.require_aux_layer_ids` refuse in one sentence naming the option
+  when it was not. ``seq_length`` and ``request`` stay None (the settings it was made with are unknown).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 from safetensors import safe_open
 from speculators.data_generation.offline import get_existing_hidden_state_indices
 
-from eagle3kit.atomic import write_text
 from eagle3kit.data import hidden_states as hs
+from eagle3kit.data.manifest import MANIFEST, Manifest, Request, VerifierIdentity, load_manifest, verifier_identity
 from eagle3kit.errors import UserError
 from eagle3kit.verifier import Verifier, resolve
 
-MANIFEST = "eagle3kit_data.json"
 HIDDEN_STATES = "hidden_states"  # speculators' folder of hs_{i}.safetensors (its ArrowDataset reads it by this name)
-FORMAT_VERSION = 1
+SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+NO_MANIFEST = f"has no {MANIFEST} (speculators' pipeline made it?)"
 
 
 class DataError(UserError):
     """A data directory that cannot be used as asked, with the fix in the message."""
 
 
-@dataclass(frozen=True)
-class VerifierIdentity:
-    """The verifier a directory was made with: name, path, shape and a fingerprint of its config and weight files."""
-
-    name: str
-    path: str | None
-    num_hidden_layers: int
-    hidden_size: int
-    vocab_size: int
-    fingerprint: str
-
-    @property
-    def ref(self) -> str:
-        """What :func:`eagle3kit.verifier.resolve` takes to find it again: its path, else its name."""
-        return self.path or self.name
-
-
-def verifier_identity(v: Verifier) -> VerifierIdentity:
-    """The identity of ``v`` (cheap: the config, the weight files' names, sizes and first 64 KiB)."""
-    text = v.text_config
-    shape = {k: v for k, v in text.to_dict().items() if not k.startswith("_") and k != "transformers_version"}
-    h = hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode())
-    if v.path and Path(v.path).is_dir():
-        for f in sorted(Path(v.path).glob("*.safetensors")):
-            h.update(f"{f.name}:{f.stat().st_size}".encode())
-            with f.open("rb") as fh:
-                h.update(fh.read(1 << 16))
-    return VerifierIdentity(v.name, v.path, text.num_hidden_layers, text.hidden_size, text.vocab_size,
-                            h.hexdigest()[:16])
-
-
-@dataclass(frozen=True)
-class Request:
-    """The settings a directory was made with (``build_dataset``'s arguments that shape its content)."""
-
-    n_conversations: int
-    seq_length: int
-    seed: int
-    held_out: int
-    source: str | None
-    dtype: str
-
-
-@dataclass
-class Manifest:
-    """``eagle3kit_data.json``: written by ``build_dataset`` (after tokenizing, and when complete)."""
-
-    verifier: VerifierIdentity
-    aux_layer_ids: list[int]
-    request: Request
-    counts: dict[str, int]  # n_samples, n_held_out, tokens, assistant_tokens, skipped_unusable, dropped_empty, ...
-    tokenized: bool = True
-    complete: bool = False
-    extraction: dict[str, Any] | None = None  # tokens_per_s, device, batch_size, seconds of the last extraction
-    vocab: dict[int, float] = field(default_factory=dict)  # draft vocab size -> assistant-token coverage
-    format: int = FORMAT_VERSION
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Manifest:
-        return cls(verifier=VerifierIdentity(**d["verifier"]), aux_layer_ids=list(d["aux_layer_ids"]),
-                   request=Request(**d["request"]), counts=dict(d.get("counts") or {}),
-                   tokenized=bool(d.get("tokenized")), complete=bool(d.get("complete")), extraction=d.get("extraction"),
-                   vocab={int(n): v["coverage"] for n, v in (d.get("vocab") or {}).items()},
-                   format=d.get("format", FORMAT_VERSION))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {"format": self.format, "verifier": dataclasses.asdict(self.verifier), "aux_layer_ids": self.aux_layer_ids,
-             "request": dataclasses.asdict(self.request), "tokenized": self.tokenized, "complete": self.complete,
-             "counts": self.counts}
-        if self.extraction is not None:
-            d["extraction"] = self.extraction
-        if self.vocab:
-            d["vocab"] = {str(n): {"coverage": c} for n, c in self.vocab.items()}
-        return d
-
-    def write(self, data_dir: str | os.PathLike) -> None:
-        """Write it into ``data_dir`` (atomically)."""
-        write_text(Path(data_dir) / MANIFEST, json.dumps(self.to_dict(), indent=2))
-
-
-def load_manifest(data_dir: str | os.PathLike) -> Manifest | None:
-    """The manifest of ``data_dir``, or None when it has none (the one place it is read from disk)."""
-    path = Path(data_dir) / MANIFEST
-    return Manifest.from_dict(json.loads(path.read_text())) if path.exists() else None
-
-
 class DataDir:
     """A data directory, its manifest read once. ``DataDir.open(path)``; ``str()`` / ``os.fspath()`` give its path,
     so it goes wherever a path does. See the module doc for a directory without an eagle3kit manifest."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, verifier: Verifier | str | os.PathLike | None = None,
+                 aux_layer_ids: list[int] | None = None):
         self.path = Path(path)
         self.manifest: Manifest | None = load_manifest(self.path)
+        self._told: dict = {}
+        self._shape: tuple | None = None
+        self.tell(verifier, aux_layer_ids)
 
     @classmethod
-    def open(cls, data: DataDir | str | os.PathLike) -> DataDir:
-        """``data`` itself when it is a :class:`DataDir`, else the directory at that path (manifest read now)."""
-        return data if isinstance(data, DataDir) else cls(data)
+    def open(cls, data: DataDir | str | os.PathLike, verifier: Verifier | str | os.PathLike | None = None,
+             aux_layer_ids: list[int] | None = None) -> DataDir:
+        """``data`` itself when it is a :class:`DataDir`, else the directory at that path (manifest read now); what
+        is given is told (:meth:`tell`)."""
+        data = data if isinstance(data, DataDir) else cls(data)
+        return data.tell(verifier, aux_layer_ids)
+
+    def tell(self, verifier: Verifier | str | os.PathLike | None = None,
+             aux_layer_ids: list[int] | None = None) -> DataDir:
+        """Record what a directory without a manifest cannot say: the verifier that made its hidden states and the
+        aux layer ids they hold (checked against the files first, :meth:`check_compatible`). Ignored for a directory
+        with a manifest (it knows them; :meth:`check_compatible` compares). Returns self."""
+        if self.manifest is None:
+            self.check_compatible(verifier, aux_layer_ids)
+            if verifier is not None:
+                self._told["verifier"] = ((verifier.path or verifier.name) if isinstance(verifier, Verifier)
+                                          else str(verifier))
+            if aux_layer_ids is not None:
+                self._told["aux_layer_ids"] = list(aux_layer_ids)
+        return self
 
     def __fspath__(self) -> str:
         return str(self.path)
@@ -190,12 +124,30 @@ class DataDir:
 
     @property
     def verifier_ref(self) -> str | None:
-        """The verifier the directory was made with (its path, else its name); None without a manifest."""
-        return self.manifest.verifier.ref if self.manifest else None
+        """The verifier the directory was made with (its path, else its name): the manifest's, else the one told."""
+        return self.manifest.verifier.ref if self.manifest else self._told.get("verifier")
 
     @property
     def aux_layer_ids(self) -> list[int] | None:
-        return list(self.manifest.aux_layer_ids) if self.manifest else None
+        """The verifier layers the stored aux states are: the manifest's, else the ones told (else None)."""
+        return list(self.manifest.aux_layer_ids) if self.manifest else self._told.get("aux_layer_ids")
+
+    def require_verifier(self, flag: str = "--verifier NAME_OR_DIR") -> str:
+        """:attr:`verifier_ref`, or a :class:`DataError` saying to pass it (``flag``: the option that passes it)."""
+        if self.verifier_ref is None:
+            raise DataError(f"{self.path} {NO_MANIFEST}, so the verifier its hidden states came from is unknown; "
+                            f"pass {flag} (the model that made them).")
+        return self.verifier_ref
+
+    def require_aux_layer_ids(self, flag: str = "--aux-layer-ids") -> list[int]:
+        """:attr:`aux_layer_ids`, or a :class:`DataError` saying to pass them (``flag``: the option that does)."""
+        if self.aux_layer_ids is None:
+            n = (self.n_states or 1) - 1
+            raise DataError(f"{self.path} {NO_MANIFEST}, so which verifier layers its {n} aux hidden states are is "
+                            f"unknown; pass {flag} with the {n} ids they were extracted from (vLLM's "
+                            "eagle_aux_hidden_state_layer_ids without the last layer; `eagle3kit doctor --data DIR "
+                            "--verifier V` measures them).")
+        return self.aux_layer_ids
 
     @property
     def request(self) -> Request | None:
@@ -207,18 +159,32 @@ class DataDir:
 
     @property
     def dtype(self) -> str | None:
-        """The dtype the verifier ran and stored the hidden states in (per the manifest)."""
-        return self.manifest.request.dtype if self.manifest else None
+        """The dtype the verifier ran and stored the hidden states in: the manifest's, else the first file's."""
+        if self.manifest:
+            return self.manifest.request.dtype
+        shape = self._first_file_shape()
+        return SAFETENSORS_DTYPES.get(shape[1]) if shape else None
 
     @property
     def n_samples(self) -> int | None:
-        """Training rows (the manifest's count; None without a manifest)."""
-        return self.manifest.counts.get("n_samples") if self.manifest else None
+        """Training rows: the manifest's count, else the Arrow dataset's rows (None without one)."""
+        if self.manifest:
+            return self.manifest.counts.get("n_samples")
+        if not self.has_arrow:
+            return None
+        from datasets import load_from_disk  # lazy: datasets takes a second to import
+
+        return load_from_disk(str(self.path)).num_rows
 
     @property
     def complete(self) -> bool | None:
-        """True once every hidden-state file was written (None without a manifest: unknown)."""
-        return self.manifest.complete if self.manifest else None
+        """True once every hidden-state file was written: the manifest's word, else every row has a file."""
+        if self.manifest:
+            return self.manifest.complete
+        n = self.n_samples
+        if n is None:
+            return None
+        return set(range(n)) <= set(get_existing_hidden_state_indices(self.hidden_states_dir))
 
     @property
     def draft_vocab_sizes(self) -> list[int]:
@@ -235,14 +201,18 @@ class DataDir:
         return sizes[0] if len(sizes) == 1 else None
 
     # ------------------------------------------------------------------------------------------- file facts
-    def _first_file_shape(self) -> tuple[int, ...] | None:
-        for p in self.hidden_state_files():
-            try:
-                with safe_open(str(p), "pt") as f:
-                    return tuple(f.get_slice("hidden_states").get_shape())
-            except Exception:  # a cut-off or foreign file: try the next one  # noqa: BLE001
-                continue
-        return None
+    def _first_file_shape(self) -> tuple[tuple[int, ...], str] | None:
+        """(shape, safetensors dtype) of the first readable file's ``hidden_states`` (read once)."""
+        if self._shape is None:
+            for p in self.hidden_state_files():
+                try:
+                    with safe_open(str(p), "pt") as f:
+                        part = f.get_slice("hidden_states")
+                        self._shape = (tuple(part.get_shape()), part.get_dtype())
+                        break
+                except Exception:  # a cut-off or foreign file: try the next one  # noqa: BLE001
+                    continue
+        return self._shape
 
     @property
     def hidden_size(self) -> int | None:
@@ -250,7 +220,7 @@ class DataDir:
         if self.manifest:
             return self.manifest.verifier.hidden_size
         shape = self._first_file_shape()
-        return shape[-1] if shape else None
+        return shape[0][-1] if shape else None
 
     @property
     def n_states(self) -> int | None:
@@ -258,13 +228,16 @@ class DataDir:
         if self.manifest:
             return len(self.manifest.aux_layer_ids) + 1
         shape = self._first_file_shape()
-        return shape[1] if shape and len(shape) == 3 else None
+        return shape[0][1] if shape and len(shape[0]) == 3 else None
 
     # ------------------------------------------------------------------------------------------- checks
-    def check_compatible(self, verifier: Verifier | str | None = None,
+    def check_compatible(self, verifier: Verifier | str | os.PathLike | None = None,
                          aux_layer_ids: list[int] | None = None) -> DataDir:
-        """Refuse a directory made with another verifier (fingerprinted once here) or other aux layers; self."""
-        m = self.require_manifest()
+        """Refuse a directory made with another verifier (fingerprinted once here) or other aux layers; self. Without
+        a manifest, what the files tell is compared: hidden size, states per token, the mappings' vocab."""
+        if self.manifest is None:
+            return self._check_files(verifier, aux_layer_ids)
+        m = self.manifest
         if verifier is not None:
             mine, theirs = verifier_identity(resolve(verifier)), m.verifier
             if mine.fingerprint != theirs.fingerprint:
@@ -279,6 +252,39 @@ class DataDir:
                 f"asked for; build the draft with aux_layer_ids={m.aux_layer_ids} or build a new data directory."
             )
         return self
+
+    def _check_files(self, verifier, aux_layer_ids) -> DataDir:
+        """:meth:`check_compatible` for a directory without a manifest: the files against what was told or given."""
+        told_v, told_aux = self._told.get("verifier"), self._told.get("aux_layer_ids")
+        if aux_layer_ids is not None and told_aux is not None and list(aux_layer_ids) != told_aux:
+            raise DataError(f"{self.path} holds hidden states of aux layers {told_aux} (as told), but "
+                            f"{list(aux_layer_ids)} were asked for; build the draft with aux_layer_ids={told_aux}.")
+        aux = aux_layer_ids if aux_layer_ids is not None else told_aux
+        if aux is not None and self.n_states is not None and len(aux) + 1 != self.n_states:
+            raise DataError(f"{self.path} stores {self.n_states} hidden states per token ({self.n_states - 1} aux + "
+                            f"the last), so it cannot hold aux layers {list(aux)}; pass {self.n_states - 1} aux "
+                            "layer ids (--aux-layer-ids).")
+        if verifier is None and told_v is None:
+            return self
+        v = resolve(verifier if verifier is not None else told_v)
+        if told_v is not None and verifier is not None and resolve(told_v).path != v.path:
+            raise DataError(f"{self.path} was told it was made with verifier {told_v}, not {v.path or v.name}; "
+                            "use one verifier for the data and the draft.")
+        text = v.text_config
+        if self.hidden_size is not None and self.hidden_size != text.hidden_size:
+            raise DataError(f"{self.path}'s hidden states are {self.hidden_size} wide, verifier {v.name!r}'s "
+                            f"{text.hidden_size}; pass the verifier that made them (--verifier).")
+        wrong = [n for n in self.draft_vocab_sizes if self._t2d_length(n) not in (None, text.vocab_size)]
+        if wrong:
+            raise DataError(f"{self.path}/t2d-{wrong[0]}.npy maps a vocabulary of {self._t2d_length(wrong[0])} "
+                            f"tokens, verifier {v.name!r} has {text.vocab_size}; pass the verifier that made the data.")
+        return self
+
+    def _t2d_length(self, n: int) -> int | None:
+        import numpy as np  # lazy: only directories with a mapping need it
+
+        path = self.path / f"t2d-{n}.npy"
+        return int(np.load(path, mmap_mode="r").shape[0]) if path.exists() else None
 
     def files_table(self) -> pd.DataFrame:
         """What the directory holds: one row per top-level entry (a folder's name ends in ``/``), with its size in

@@ -25,9 +25,14 @@ SHOWN = 5  # bad files named one by one in an error message (all of them are in 
 def remake_command(data_dir: DataDir | str | os.PathLike) -> str:
     """The command that (re)makes ``data_dir`` with the settings it was made with (resuming: only what is missing or
     bad is made again): ``eagle3kit data --out DIR ...``, or the ``build_dataset`` call when the directory uses aux
-    layers other than the verifier's default (the CLI has no option for them)."""
+    layers other than the verifier's default. A directory without a manifest (speculators' prepared dataset) gets
+    the ``eagle3kit data`` call that fills its hidden states (:mod:`eagle3kit.data.fill`)."""
     data = DataDir.open(data_dir)
-    m = data.require_manifest()
+    m = data.manifest
+    if m is None:  # speculators' prepared dataset: eagle3kit data fills its hidden states (resuming)
+        aux = data.aux_layer_ids
+        return shlex.join(["eagle3kit", "data", "--out", str(data.path), "--verifier", data.verifier_ref or "V",
+                           *(["--aux-layer-ids", *map(str, aux)] if aux else [])])
     r, verifier = m.request, m.verifier.ref
     if m.aux_layer_ids != resolve_aux_layer_ids(verifier):
         settings = {k: getattr(r, k) for k in ("n_conversations", "seq_length", "held_out", "seed", "source", "dtype")}
@@ -60,6 +65,5 @@ def require_healthy(data_dir: DataDir | str | os.PathLike) -> None:
     if found:
         listed = "; ".join(f"{path}: {why}" for path, why in list(found.items())[:SHOWN])
         more = f"; and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
-        fix = (f"remake them with: {remake_command(data)}" if data.has_manifest else
-               "remake them with the pipeline that made the directory (it has no eagle3kit manifest)")
+        fix = f"remake them with: {remake_command(data)}"
         raise DataError(f"{data.path} has {len(found)} unusable hidden-state file(s) ({listed}{more}); {fix}")

@@ -29,6 +29,8 @@ from speculators.data_generation.offline import (
 from tqdm.auto import tqdm
 
 from eagle3kit.atomic import atomic_file
+from eagle3kit.outputs import check_output
+from eagle3kit.verifier import load_model, resolve
 
 
 def hs_path(hs_dir: str | os.PathLike, index: int) -> Path:
@@ -189,3 +191,24 @@ def extract_to_files(
             bar.set_postfix(tok_s=f"{bar.n / max(time.perf_counter() - t0, 1e-9):.0f}")
     seconds = time.perf_counter() - t0
     return {"written": written, "tokens": total, "seconds": seconds, "tokens_per_s": total / seconds if seconds else 0}
+
+
+def fill(verifier, hs_dir: Path, samples: Sequence[list[int]], aux: list[int], dtype: str, device: str,
+         batch_size: int, progress: bool) -> tuple[dict, dict]:
+    """Make every missing or bad ``hs_{i}.safetensors`` of ``samples`` (partial writes removed, the disk checked for
+    room before the verifier loads); ``(scan state, extraction stats)``."""
+    v = resolve(verifier)
+    hidden = v.text_config.hidden_size
+    remove_partial(hs_dir)
+    state = scan(hs_dir, samples, len(aux) + 1, hidden)
+    for i in state["bad"]:
+        hs_path(hs_dir, i).unlink(missing_ok=True)
+    stats = {"written": 0, "tokens_per_s": None, "seconds": 0.0}
+    if state["missing"]:  # the token count is known: is there room for the files, before the verifier loads?
+        width = getattr(torch, dtype).itemsize
+        check_output(Path(hs_dir).parent, "out_dir", need_bytes=sum(
+            sample_file_bytes(len(samples[i]), hidden, len(aux) + 1, width) for i in state["missing"]))
+        model = load_model(v, dtype=dtype, device=device)
+        stats = extract_to_files(model, samples, hs_dir, aux, set(state["missing"]), batch_size,
+                                 getattr(torch, dtype), device, progress)
+    return state, stats

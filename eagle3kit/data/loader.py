@@ -34,6 +34,30 @@ def held_out_prompts(data_dir: str | os.PathLike) -> list[list[dict]]:
     return [p for p in map(conv.prompt_turns, held_out_conversations(data_dir)) if p]
 
 
+def held_out_prompt_ids(data_dir: str | os.PathLike, n: int, max_prompt_tokens: int, train_ratio: float
+                        ) -> list[torch.Tensor]:
+    """Prompts ([1, P] ids) of a directory without held-out conversations (speculators' ``prepare-data`` keeps
+    none): the rows of the split speculators' trainer validates on (``ArrowDataset(split="val")``: the rows after
+    ``int(rows * train_ratio)``), each cut before its first supervised token, i.e. the render that ends with the
+    generation prompt. Prompts longer than ``max_prompt_tokens`` are skipped (a cut would drop the template's head)."""
+    from datasets import load_from_disk  # lazy: only directories without held-out conversations need it
+
+    rows = load_from_disk(str(data_dir)).with_format(None)
+    out = []
+    for i in range(int(len(rows) * train_ratio), len(rows)):
+        mask = rows[i]["loss_mask"]
+        start = mask.index(1) if 1 in mask else 0
+        if 0 < start <= max_prompt_tokens:
+            out.append(torch.tensor([rows[i]["input_ids"][:start]]))
+        if len(out) == n:
+            break
+    if not out:
+        raise DataError(f"{data_dir} has no held-out conversations, and none of its validation rows (the last "
+                        f"{1 - train_ratio:.0%}) has a prompt of at most {max_prompt_tokens} tokens; raise "
+                        "--max-prompt-tokens or pass --prompt TEXT.")
+    return out
+
+
 def load_dataset(data_dir: str | os.PathLike, max_len: int, hidden_states_dtype: torch.dtype = torch.float32,
                  train_ratio: float = 1.0, split: str = "train"):
     """speculators' ``ArrowDataset`` over ``data_dir`` (cached files only: ``on_missing="raise"``)."""

@@ -4,8 +4,10 @@
   chat template (:func:`eagle3kit.data.dataset.training_rows`, the code that made them) and compares token ids and
   loss mask: a row rendered with another template, a mask shifted by one, supervised tokens outside the assistant
   replies, reply tokens (the end-of-turn marker above all) left out, a supervised padded tail, rows with nothing
-  supervised. Without an eagle3kit manifest the conversations are unknown: only empty rows and padded tails are
-  counted, and ``compared_with`` says why.
+  supervised. Without an eagle3kit manifest (speculators' ``prepare-data``) the conversations are unknown, so each
+  supervised run of a row is checked against the template's own markers (:func:`template_markers`): it must start
+  right after the generation prompt (else: shifted by one, or supervised text outside the replies) and end with the
+  end-of-turn marker (else: reply tokens left out), or at the row's end (a row cut at the max length).
 * :func:`audit_aux` recomputes one sample with the verifier and says which layer each stored aux slice is.
 * :func:`audit_vocab` recounts the supervised tokens and checks ``token_freq.pt`` and each ``t2d-{N}.npy`` against them.
 """
@@ -28,6 +30,7 @@ from eagle3kit.data.directory import DataDir
 from eagle3kit.data.hidden_states import final_norm
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
+STRUCTURE_ROWS = 64  # rows checked against the template's markers when the conversations are unknown (cheap)
 MIN_PAD_TAIL = 2  # without the conversations, a padded tail is this many trailing pad tokens (one may be a real EOS)
 
 
@@ -47,6 +50,7 @@ class MaskAudit:
     missed: int = 0  # reply tokens (incl. the end-of-turn marker) left unsupervised
     missed_end: int = 0  # of them, end-of-turn (EOS) tokens
     supervised: int = 0  # reply tokens the template supervises in the compared rows
+    markers: str = ""  # without the conversations: the template markers each supervised run was checked against
 
 
 def _rows(data: DataDir) -> tuple[list[list[int]], list[list[int]]]:
@@ -69,17 +73,23 @@ def audit_mask(data: DataDir | str | os.PathLike, verifier: Verifier | str | Non
     """Compare the first ``n_rows`` rows with their re-made selves (see the module doc); every row for emptiness."""
     data = DataDir.open(data)
     ids, masks = _rows(data)
-    tokenizer = load_tokenizer(resolve(verifier if verifier is not None else data.verifier_ref))
+    ref = verifier if verifier is not None else data.require_verifier("verifier=NAME_OR_DIR")
+    tokenizer = load_tokenizer(resolve(ref))
     eos = tokenizer.eos_token_id
     audit = MaskAudit(rows=len(ids), empty_rows=[i for i, m in enumerate(masks) if not any(m)])
     request = data.request
     if request is None:
-        audit.compared_with = ("nothing: the directory has no eagle3kit manifest, so the conversations its rows were "
-                               "made from are unknown")
         for i, (x, m) in enumerate(zip(ids, masks, strict=True)):
             tail = _pad_tail(x, tokenizer.pad_token_id)
             if tail >= MIN_PAD_TAIL and any(m[len(x) - tail:]):
                 audit.padded[i] = sum(m[len(x) - tail:])
+        gen, end = template_markers(tokenizer)
+        for i in range(min(max(n_rows, STRUCTURE_ROWS), len(ids))):
+            if i not in audit.padded and any(masks[i]):
+                _audit_runs(audit, i, ids[i], masks[i], gen, end, tokenizer)
+        audit.compared_with = f"{ref}'s chat template"
+        audit.markers = (f"its generation prompt {tokenizer.decode(gen)!r} and end-of-turn marker "
+                         f"{tokenizer.decode(end)!r} (no eagle3kit manifest: the rows' conversations are unknown)")
         return audit
     if request.source is not None and not Path(request.source).is_file():
         audit.compared_with = f"nothing: the source {request.source} the directory was made from is gone"
@@ -116,6 +126,59 @@ def audit_mask(data: DataDir | str | os.PathLike, verifier: Verifier | str | Non
     return audit
 
 
+def template_markers(tokenizer) -> tuple[list[int], list[int]]:
+    """(generation prompt, end-of-turn marker) token ids of the tokenizer's chat template, from rendering a probe
+    conversation with and without the generation prompt and with a reply."""
+    probe, reply = [{"role": "user", "content": "Hi"}], "Hello"
+
+    def render(turns, gen):
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=gen)
+
+    def tail(text: str, start: int) -> list[int]:
+        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return [t for t, (a, _b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True) if a >= start]
+
+    bare, prompt = render(probe, False), render(probe, True)
+    full = render([*probe, {"role": "assistant", "content": reply}], False)
+    return tail(prompt, len(bare)), tail(full, full.rindex(reply) + len(reply))
+
+
+def _runs(mask: list[int]) -> list[tuple[int, int]]:
+    out, start = [], None
+    for p, b in enumerate([*mask, 0]):
+        if b and start is None:
+            start = p
+        elif not b and start is not None:
+            out.append((start, p))
+            start = None
+    return out
+
+
+def _audit_runs(audit: MaskAudit, i: int, x: list[int], m: list[int], gen: list[int], end: list[int],
+                tokenizer) -> None:
+    """One row's supervised runs against the template's generation prompt and end-of-turn marker."""
+    audit.compared += 1
+    g, e = len(gen), len(end)
+    for a, b in _runs(m):
+        audit.supervised += b - a
+        if any(x[a - k:a - k + e] == end for k in range(1, e)):  # the tail of a marker whose head went unsupervised
+            continue
+        by = next((s for s in (0, -1, 1) if a - g - s >= 0 and x[a - g - s:a - s] == gen), None)
+        if by:
+            audit.shifted[i] = by  # +1: one token late, -1: one early
+            continue
+        if by is None:
+            inside = [q + g for q in range(a, b - g + 1) if x[q:q + g] == gen]
+            upto = inside[-1] if inside else b
+            audit.outside += upto - a
+            if not audit.outside_text:
+                audit.outside_text = tokenizer.decode(x[a:upto])
+        if b < len(x) and x[b - e:b] != end:  # ends before its end-of-turn marker (a row's end may be a cut)
+            nxt = next((q + e for q in range(b, len(x) - e + 1) if x[q:q + e] == end), len(x))
+            audit.missed += nxt - b
+            audit.missed_end += sum(t == tokenizer.eos_token_id for t in x[b:nxt])
+
+
 @torch.no_grad()
 def audit_aux(data: DataDir | str | os.PathLike, verifier: Verifier | str | None = None, sample: int = 0) -> dict:
     """Which verifier layer each stored aux slice of one sample is: ``{"claimed", "matched", "rel_error",
@@ -123,7 +186,7 @@ def audit_aux(data: DataDir | str | os.PathLike, verifier: Verifier | str | None
     nearest to slice ``j``; ``rel_error[j]`` its relative distance (float32 ~1e-6, bf16 ~4e-3, another model ~1).
     ``claimed`` is the manifest's aux ids (None without one)."""
     data = DataDir.open(data)
-    v = resolve(verifier if verifier is not None else data.verifier_ref)
+    v = resolve(verifier if verifier is not None else data.require_verifier("verifier=NAME_OR_DIR"))
     model = load_model(v, dtype=data.dtype or "float32", device="cpu")
     f = load_file(str(data.hidden_state_files()[sample]))
     base = getattr(model, "model", model)

@@ -11,7 +11,7 @@ import os
 import torch
 from safetensors.torch import load_file
 
-from eagle3kit.data.directory import MANIFEST, DataDir, DataError
+from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.data.vocab import load_mapping
 from eagle3kit.draft.config import build_config, resolve_aux_layer_ids
 from eagle3kit.draft.model import build_model
@@ -65,12 +65,9 @@ def verify_targets(data_dir: DataDir | str | os.PathLike, verifier=None, n_sampl
     would have given, for contrast.
     """
     data = DataDir.open(data_dir)
-    if verifier is None and not data.has_manifest:
-        raise DataError(f"{data.path} has no {MANIFEST}; pass verifier=... (the model that made the hidden states).")
-    v = resolve(verifier if verifier is not None else data.verifier_ref)
-    if data.has_manifest:
-        data.check_compatible(v)
-    aux = data.aux_layer_ids if data.has_manifest else resolve_aux_layer_ids(v)
+    v = resolve(verifier if verifier is not None else data.require_verifier("verifier=NAME_OR_DIR"))
+    data.check_compatible(v)
+    aux = data.aux_layer_ids or resolve_aux_layer_ids(v)  # only the target head is used: any valid ids do
     t2d, d2t = load_mapping(data.path, draft_vocab_size, v.text_config.vocab_size)
     paths = data.hidden_state_files()
     if not paths:

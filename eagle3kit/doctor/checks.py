@@ -81,23 +81,31 @@ def trainer_findings(dry_run: bool = False) -> list[Finding]:
 
 
 def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]:
-    """Check a training-data directory: every hidden-state file (one finding per bad file, with the command that
-    remakes it), then the last-hidden-state convention with :func:`eagle3kit.data.targets.verify_targets`, then what
-    it supervises (:func:`eagle3kit.doctor.data_checks.supervision_findings`: loss mask, template, aux slices, vocab).
+    """Check a training-data directory (one ``eagle3kit data`` made, or speculators' pipeline: then ``verifier`` is
+    needed): every hidden-state file (one finding per bad file, with the command that remakes it), then the
+    last-hidden-state convention with :func:`eagle3kit.data.targets.verify_targets`, then what it supervises
+    (:func:`eagle3kit.doctor.data_checks.supervision_findings`: loss mask, template, aux slices, vocab).
 
     speculators applies ``verifier_norm`` to the stored last state itself, so it must be the pre-norm output of the
     last decoder layer: the targets computed from it must reproduce the verifier's own logits.
     """
-    data_dir = DataDir.open(data_dir)
-    if data_dir.has_manifest:  # an eagle3kit directory: its files can be checked one by one
+    try:  # a directory without a manifest is told the verifier (its files are checked against it)
+        data_dir = DataDir.open(data_dir, verifier)
+        data_dir.require_verifier()
         found = bad_files(data_dir)
-        if found:
-            fix = remake_command(data_dir)
-            return [Finding("error", f"hidden-state file {path} is unusable", why, fix, "data_dir")
-                    for path, why in found.items()]
+    except Exception as exc:  # no dataset there; no manifest and no verifier; files another verifier made
+        return [Finding("error", f"data directory {data_dir} cannot be checked", f"{type(exc).__name__}: {exc}",
+                        "pass a data directory and the verifier that made it (--verifier NAME_OR_DIR)", "data_dir")]
+    if found and not data_dir.hidden_state_files():  # none at all: a prepared dataset not filled yet
+        return [Finding("error", f"data directory {data_dir} has no hidden states", f"its {len(found)} rows have no "
+                        "hs_*.safetensors file", remake_command(data_dir), "data_dir")]
+    if found:
+        fix = remake_command(data_dir)
+        return [Finding("error", f"hidden-state file {path} is unusable", why, fix, "data_dir")
+                for path, why in found.items()]
     try:
         r = verify_targets(data_dir, verifier, n_samples=n_samples)
-    except Exception as exc:  # DataError (wrong verifier, no manifest), missing files, ...
+    except Exception as exc:  # DataError (wrong verifier), missing files, ...
         return [Finding("error", f"data directory {data_dir} cannot be checked", f"{type(exc).__name__}: {exc}",
                         "eagle3kit data --out DIR --verifier NAME  # make the data with eagle3kit", "data_dir")]
     findings = supervision_findings(data_dir, verifier)

@@ -71,6 +71,10 @@ def mask_findings(a: MaskAudit) -> list[Finding]:
         out.append(Finding("info", "loss mask not compared with the chat template",
                            f"compared with {a.compared_with}; only empty rows and padded tails were checked", "",
                            "loss_mask"))
+    elif not out and a.markers:
+        out.append(Finding("info", f"loss mask of {a.compared} rows agrees with {a.compared_with}",
+                           f"every supervised run starts right after {a.markers} and ends with that marker or the row;"
+                           f" {a.supervised} tokens supervised", "", "loss_mask"))
     elif not out:
         out.append(Finding("info", f"loss mask of {a.compared} rows equals {a.compared_with}'s assistant spans",
                            f"{a.supervised} reply tokens supervised, nothing outside them; no empty row", "",

@@ -128,17 +128,26 @@ class DataFacts:
     t2d: torch.Tensor | None  # the mapping for the draft's vocab size; None when the draft uses the full vocab
     d2t: torch.Tensor | None
     conversations: list[list[dict]]  # held out of training
+    aux_source: str = "manifest"  # or "measured": a directory without a manifest, its aux slices matched to layers
 
 
-def read_data_dir(data_dir: str | os.PathLike, draft_vocab_size: int | None = None) -> DataFacts:
-    """The one adapter between the doctor and a data directory (its manifest, mapping and held-out conversations)."""
-    d = DataDir.open(data_dir)
-    m = d.require_manifest()
-    vocab = m.verifier.vocab_size
+def read_data_dir(data_dir: str | os.PathLike, draft_vocab_size: int | None = None,
+                  verifier: Verifier | None = None) -> DataFacts:
+    """The one adapter between the doctor and a data directory (its manifest, mapping and held-out conversations).
+    A directory without a manifest (speculators' pipeline) is read with ``verifier`` (the draft's) and its aux layers
+    are measured: which verifier layer each stored slice is (:func:`eagle3kit.data.supervision.audit_aux`)."""
+    from eagle3kit.data.supervision import audit_aux  # lazy: only directories without a manifest need it
+
+    d = DataDir.open(data_dir, None if DataDir.open(data_dir).has_manifest else verifier)
+    ref = d.require_verifier()
+    aux, source = d.aux_layer_ids, "manifest"
+    if not d.has_manifest:
+        aux, source = audit_aux(d, ref)["matched"], "measured"
+    vocab = d.manifest.verifier.vocab_size if d.has_manifest else resolve(ref).text_config.vocab_size
     t2d = d2t = None
     if draft_vocab_size is not None and draft_vocab_size < vocab:
         t2d, d2t = load_mapping(d, draft_vocab_size, vocab)
-    return DataFacts(m.verifier.path or m.verifier.name, list(m.aux_layer_ids), t2d, d2t, held_out_conversations(d))
+    return DataFacts(ref, list(aux), t2d, d2t, held_out_conversations(d), source)
 
 
 def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | None = None,
@@ -187,10 +196,11 @@ def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | No
     data = None
     if data_dir is not None:
         try:
-            data = read_data_dir(data_dir, config.draft_vocab_size)
+            data = read_data_dir(data_dir, config.draft_vocab_size, v)
         except Exception as exc:
             findings.append(Finding("error", f"data directory {data_dir} cannot be read", f"{exc}"[:300],
-                                    "pass a directory made by `eagle3kit data`", "data"))
+                                    "pass a directory made by `eagle3kit data`, or by speculators' pipeline with "
+                                    "the draft's verifier", "data"))
         if data is not None:
             guarded("data", lambda: fc.data_findings(folder, config, v, data))
     guarded("versions", version_findings)

@@ -165,7 +165,8 @@ def data_findings(folder, config: Eagle3SpeculatorConfig, verifier: Verifier, da
     aux layer ids, vocab mapping, verifier."""
     out, ids = [], list(config.eagle_aux_hidden_state_layer_ids or [])
     if ids != data.aux_layer_ids:
-        out.append(Finding("error", f"draft aux layer ids {ids} differ from the data's {data.aux_layer_ids}",
+        whose = "the data's" if data.aux_source == "manifest" else "the data's (measured: it has no manifest)"
+        out.append(Finding("error", f"draft aux layer ids {ids} differ from {whose} {data.aux_layer_ids}",
                            "the draft's fc was trained on one set of layers; served, it is fed another and "
                            "accepts about nothing (lightseekorg/tokenspeed PR 526)",
                            f"set eagle_aux_hidden_state_layer_ids = {data.aux_layer_ids}, or re-extract the data "

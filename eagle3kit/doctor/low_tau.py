@@ -106,7 +106,7 @@ def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None
     config = Eagle3SpeculatorConfig.from_pretrained(str(folder.path))
     draft = load_draft(folder, config, v)
     k = k or draft_ttt_steps(config)
-    data = read_data_dir(data_dir, config.draft_vocab_size) if data_dir is not None else None
+    data = read_data_dir(data_dir, config.draft_vocab_size, v) if data_dir is not None else None
     model = load_model(v)
     conversations = prompts or (data.conversations if data else None)
     agreement = measure(draft, v, conversations, n_prompts, max_new_tokens, k, verifier_model=model)

@@ -102,6 +102,7 @@ class TrainSession:
         self.data = DataDir.open(data_dir)
         self.data_dir = self.data.path.resolve()
         self.build = _as_build(draft, self.data)
+        self.data.tell(self.build.verifier, self.build.aux_layer_ids)  # a directory without a manifest: what it holds
         self.device = self.build.device
         if self.device == "cpu" and self.build.attention.implementation in ("simple_flex_attention", "flex_attention"):
             raise UserError(
@@ -305,14 +306,21 @@ class TrainSession:
 
 
 def _as_build(draft: DraftBuild | DraftSpec | str | os.PathLike | None, data: DataDir) -> DraftBuild:
-    """A verifier name, saved config or None gets the data's draft vocab (the one it has a mapping for, else full)."""
+    """A verifier name, saved config or None gets the data's draft vocab (the one it has a mapping for, else full).
+    A directory without a manifest says neither its verifier nor its aux layers: they come from the draft, else from
+    what the directory was told, else a :class:`~eagle3kit.data.directory.DataError` names them."""
     if isinstance(draft, DraftBuild):
         return draft
+    aux = None if data.has_manifest else data.aux_layer_ids
     if isinstance(draft, DraftSpec):
-        return build_config(dataclasses.replace(draft))
-    data.require_manifest()  # the data's verifier and its draft vocab come from it
+        if draft.aux_layer_ids is None and not data.has_manifest:
+            aux = data.require_aux_layer_ids("aux_layer_ids=[...] (--aux-layer-ids)")
+        return build_config(dataclasses.replace(draft, aux_layer_ids=draft.aux_layer_ids or aux))
     vocab = data.draft_vocab_size
     if isinstance(draft, os.PathLike):
         return build_config(spec_from_saved(draft, draft_vocab_size=vocab))
-    return build_config(verifier=draft or data.verifier_ref, draft_vocab_size=vocab)
+    verifier = draft or data.require_verifier("the verifier as draft='NAME' (CLI: --verifier)")
+    if not data.has_manifest:
+        aux = data.require_aux_layer_ids("aux_layer_ids=[...] (--aux-layer-ids)")
+    return build_config(verifier=verifier, draft_vocab_size=vocab, aux_layer_ids=aux)
 
