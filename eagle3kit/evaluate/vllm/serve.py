@@ -16,7 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -103,6 +103,8 @@ class VllmCheck:
     seconds: dict[str, float]
     tokens_per_s: dict[str, float]
     vllm_version: str
+    steps: dict[str, list[dict]] = field(default_factory=dict)  # per run, each engine step's times (worker.StepTimer)
+    load: dict[str, list[float]] = field(default_factory=dict)  # per run, the load average before and after it
 
     @property
     def tau(self) -> float:
@@ -119,6 +121,11 @@ class VllmCheck:
         """How many prompts gave the same tokens with and without the draft."""
         return sum(a == b for a, b in zip(self.outputs_draft, self.outputs_plain, strict=True))
 
+    @property
+    def load_text(self) -> str:
+        """The 1-minute load average before → after each timed run, with the draft / without it."""
+        return " / ".join("→".join(f"{x:.1f}" for x in self.load.get(r, [])) or "?" for r in ("draft", "plain"))
+
     def summary(self) -> dict[str, object]:
         return {"tau_vllm": round(self.tau, 4), "drafts": self.drafts, "accepted": self.accepted,
                 "acceptance_per_pos": [round(a, 4) for a in self.acceptance_per_pos],
@@ -134,6 +141,7 @@ class VllmCheck:
                 ("lossless: same tokens with and without the draft", f"{self.lossless}/{len(self.outputs_plain)}"),
                 ("tokens/s with the draft", f"{self.tokens_per_s['draft']:.1f}"),
                 ("tokens/s without the draft", f"{self.tokens_per_s['plain']:.1f}"),
+                ("load average before → after (with / without)", self.load_text),
                 ("vLLM", self.vllm_version)]
         return pd.DataFrame(rows, columns=["measure", "value"])
 
@@ -199,7 +207,9 @@ def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | 
     d, p, c = raw["runs"]["draft"], raw["runs"]["plain"], raw["runs"]["draft"]["counters"]
     return VllmCheck(k, c["drafts"], c["accepted"], c["accepted_per_pos"], d["outputs"], p["outputs"],
                      {r: raw["runs"][r]["seconds"] for r in ("draft", "plain")},
-                     {r: raw["runs"][r]["tokens_per_s"] for r in ("draft", "plain")}, raw["vllm_version"])
+                     {r: raw["runs"][r]["tokens_per_s"] for r in ("draft", "plain")}, raw["vllm_version"],
+                     {r: raw["runs"][r].get("steps", []) for r in ("draft", "plain")},
+                     {r: raw["runs"][r].get("load", []) for r in ("draft", "plain")})
 
 
 # ----------------------------------------------------------------------------------------------- server
