@@ -183,15 +183,18 @@ def _launch(argv: list[str], log: Path) -> subprocess.Popen:
 
 def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None,
                 prompts_token_ids: list[list[int]], max_new_tokens: int = MAX_NEW_TOKENS, k: int | None = None,
-                timeout: float = 900.0, venv: str | os.PathLike | None = None) -> VllmCheck:
-    """Generate greedily in vLLM with the draft and without it on the same token-id prompts (two fresh engines)."""
+                timeout: float = 900.0, venv: str | os.PathLike | None = None,
+                max_num_seqs: int | None = None) -> VllmCheck:
+    """Generate greedily in vLLM with the draft and without it on the same token-id prompts (two fresh engines);
+    ``max_num_seqs``: at most this many sequences a step (default: every prompt at once)."""
     draft, verifier, k = check_inputs(draft_dir, verifier_dir, k)
     if not prompts_token_ids or not all(p and all(isinstance(t, int) for t in p) for p in prompts_token_ids):
         raise VllmInputError("prompts_token_ids must be a non-empty list of non-empty lists of token ids.")
     python = vllm_python(venv)
     with tempfile.TemporaryDirectory(prefix="eagle3kit-vllm-") as tmp:
         spec = {"verifier": str(verifier.resolve()), "draft": str(draft.resolve()), "k": k,
-                "prompts": [list(p) for p in prompts_token_ids], "max_new_tokens": max_new_tokens}
+                "prompts": [list(p) for p in prompts_token_ids], "max_new_tokens": max_new_tokens,
+                "max_num_seqs": max_num_seqs}
         (Path(tmp) / "spec.json").write_text(json.dumps(spec))
         log, out = Path(tmp) / "worker.log", Path(tmp) / "out.json"
         proc = _launch([str(python), str(WORKER), str(Path(tmp) / "spec.json"), str(out)], log)

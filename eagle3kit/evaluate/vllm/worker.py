@@ -7,9 +7,10 @@ the standard library::
 
 ``spec.json``: ``verifier`` (HF directory), ``draft`` (exported draft directory), ``k``, ``prompts`` (lists of token
 ids), ``max_new_tokens``; optional ``runs`` (default ``["draft", "plain"]``), ``kv_cache_gb`` (2), ``dtype``
-("float32"), ``max_model_len``, ``step_times`` (true). Each run builds its own ``vllm.LLM`` in a fresh child process
-(vLLM does not hand its memory back reliably within one process); the children start their engines together and then
-generate one at a time, so the tokens/s of each run are measured alone. ``out.json``: ``{"vllm_version", "runs":
+("float32"), ``max_model_len``, ``max_num_seqs`` (vLLM's default: all at once), ``step_times`` (true). Each run
+builds its own ``vllm.LLM`` in a fresh child process (vLLM does not hand its memory back reliably within one process);
+the children start their engines together and then generate one at a time, so the tokens/s of each run are measured
+alone. ``out.json``: ``{"vllm_version", "runs":
 {"draft": {...}, "plain": {...}}}`` with, per run, the generated token ids per prompt, seconds, tokens/s, (with the
 draft) vLLM's spec-decode counters, the 1-minute load average before and after, and, per engine step of the timed
 generation, what :class:`StepTimer` measured.
@@ -126,8 +127,9 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"dtype": spec.get("dtype", "float32"), "enforce_eager": True,
                               "distributed_executor_backend": "uni",
                               "disable_log_stats": False, "seed": 0}
-    if spec.get("max_model_len"):
-        kwargs["max_model_len"] = int(spec["max_model_len"])
+    for key in ("max_model_len", "max_num_seqs"):
+        if spec.get(key):
+            kwargs[key] = int(spec[key])
     timed = spec.get("step_times", True)
     if timed:  # this file's StepTimer, imported by vLLM's engine process (it inherits this script's sys.path)
         kwargs["worker_extension_cls"] = f"{Path(__file__).stem}.StepTimer"
