@@ -219,6 +219,7 @@ def _assumptions(p: Plan, kind: str) -> list[str]:
         "verifier weights in bf16 (an FP8/INT4 checkpoint needs half/a quarter); data generation reads each token once",
         f"serving: bf16 weights read at {speedup.BANDWIDTH_UTILISATION:.0%} of the memory bandwidth, batched steps at "
         f"{speedup.COMPUTE_UTILISATION:.0%} of dense bf16 peak, {speedup.DEFAULT_CONTEXT} tokens of KV cache a "
-        f"sequence; engine overheads {p.speed.overheads.source}; checked against published EAGLE-3 speedups at batch 1 "
-        "(bench/speedup.py), not yet at larger batches",
+        f"sequence; engine overheads {p.speed.overheads.source}; tensor parallelism's all-reduces not counted; checked "
+        "against published EAGLE-3 speedups at batch 1 (bench/speedup.py: single-GPU points within 10%, 70B on 8 GPUs "
+        "31% high), not yet at larger batches",
     ]
