@@ -317,7 +317,7 @@ there = speedup.predict(plan_verifier, plan_gpu, serve_batch, k, acceptance=acce
 display(pd.DataFrame(there.rows(), columns=["section", "item", "value", "kind"]).drop(columns="section"))
 where = f"{plan_verifier} on one {plan_gpu} at batch {serve_batch}"
 if cpu is not None:
-    print(cpu.why(there.break_even, f"{where} (predicted)"))
+    print(cpu.why(there.break_even, f"{where} (predicted)", speed.bench_row(1)))
 
 # %%
 here = (f"Measured here (vLLM CPU build, {len(prompts)} prompts as one batch, load {vllm.load_text}): "

@@ -18,8 +18,11 @@ Tokens/s side by side are only compared when they were measured the same way (:c
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -148,8 +151,10 @@ class CpuPrediction:
         ]
         return pd.DataFrame(rows, columns=["what", "value (ms, or as named)", "kind"]).round(3)
 
-    def why(self, elsewhere_break_even: float | None = None, elsewhere: str = "") -> str:
-        """Two sentences: why the draft does (not) pay here, and what would have to change."""
+    def why(self, elsewhere_break_even: float | None = None, elsewhere: str = "",
+            one_at_a_time: dict | None = None) -> str:
+        """Two sentences: why the draft does (not) pay here, and what would have to change. ``one_at_a_time``: the
+        batch-1 row of this CPU in bench/speedup.py's results (:func:`bench_row`), ``elsewhere``: a GPU prediction."""
         p, d = self.plain, self.draft
         extra = (self.k * d.draft_step_s + d.other_s) / p.step_s
         beyond = (f"more than the k + 1 = {self.k + 1} a round can give" if self.break_even > self.k + 1
@@ -158,12 +163,28 @@ class CpuPrediction:
                  f"{self.verify_ratio:.1f}x a plain step, and the k draft steps with the round's bookkeeping add "
                  f"{extra:.1f} plain steps more, so the draft pays only above τ {self.break_even:.2f} ({beyond}); "
                  f"this one reaches τ {self.tau:.2f}.")
-        second = ("For it to pay here, a round must cost less than τ plain steps: a verifier that checks k + 1 tokens "
-                  "for about the price of one (memory-bound decoding, not these two compute-bound cores) and draft "
-                  "steps far cheaper than a verifier step")
+        cases = []
+        if one_at_a_time:
+            cases.append(f"one sequence at a time on this same CPU (bench/speedup.py: break-even τ "
+                         f"{one_at_a_time['break-even τ']:.2f}, the same draft {one_at_a_time['published']:.2f}x plain "
+                         "speed)")
         if elsewhere_break_even is not None:
-            second += f", as {elsewhere}, where the break-even τ is {elsewhere_break_even:.2f}"
-        return f"{first} {second}."
+            cases.append(f"{elsewhere} (break-even τ {elsewhere_break_even:.2f})")
+        where = f": memory-bound decoding, as {' or '.join(cases)}" if cases else " (memory-bound decoding)"
+        second = (f"For it to pay, a round must cost less than τ plain steps, so the verifier must check k + 1 tokens "
+                  f"for about the price of one{where}, not {d.batch} sequences on these compute-bound cores.")
+        return f"{first} {second}"
+
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "results" / "speedup.json"  # what bench/speedup.py wrote
+
+
+def bench_row(batch: int, path: str | os.PathLike = BENCH) -> dict | None:
+    """This CPU's row at ``batch`` in bench/speedup.py's results (medians over its repeats), None when absent."""
+    if not Path(path).exists():
+        return None
+    rows = json.loads(Path(path).read_text())["rows"]
+    return next((r for r in rows if r.get("source") == "measured here" and r.get("batch") == batch), None)
 
 
 def cpu_prediction(steps: dict[str, list[dict]], k: int, accepted_per_position: list[float],
