@@ -208,12 +208,13 @@ def plot_round(pred: CpuPrediction) -> Figure:
             ax.barh(row, value * 1e3, left=left, color=f"C{j}", label=name if row == 1 else None)
             left += value * 1e3
         per = left / (1 if row == 0 else pred.tau)
-        ax.text(left, row, f"  {per:.0f} ms a token", va="center", fontsize=8)
+        ax.text(left, row, f"  {per:.0f} ms a token a sequence", va="center", fontsize=8)
     ax.set_yticks(range(len(bars)), list(bars), fontsize=8)
     ax.invert_yaxis()
+    ax.set_xlim(0, 1.5 * max(d.step_s, p.step_s) * 1e3)
     ax.set_xlabel(f"ms per engine step, batch {d.batch} (medians)")
     ax.set_title("Where a step goes in vLLM's CPU build")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     return fig
 
