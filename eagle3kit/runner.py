@@ -170,21 +170,31 @@ def read_summary(workdir: str | os.PathLike, number: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+CLOSING = "closing"  # a notebook's summary key for the lines the run ends with (notebook 06: the speed line)
+
+
 def summary_table(results: list[NotebookResult]) -> pd.DataFrame:
     rows = [
         {"notebook": r.notebook, "status": r.status, "seconds": round(r.seconds, 1),
          "failing cell": r.failing_cell or "", "error": r.error or "",
-         "headline": ", ".join(f"{k}={v}" for k, v in (r.summary or {}).items())}
+         "headline": ", ".join(f"{k}={v}" for k, v in (r.summary or {}).items() if k != CLOSING)}
         for r in results
     ]
     return pd.DataFrame(rows)
+
+
+def closing_lines(results: list[NotebookResult]) -> list[str]:
+    """The lines the notebooks left to end the run's summary with (``record_summary(..., closing=[...])``)."""
+    return [line for r in results for line in (r.summary or {}).get(CLOSING, [])]
 
 
 def _write_summary(out: Path, preset: str, results: list[NotebookResult]) -> None:
     payload = {"preset": preset, "ok": all(r.status == "ok" for r in results),
                "seconds": round(sum(r.seconds for r in results), 1), "notebooks": [asdict(r) for r in results]}
     write_text(out / "summary.json", json.dumps(payload, indent=2))
-    write_text(out / "summary.md", f"# eagle3kit run ({preset})\n\n{markdown_table(summary_table(results))}\n")
+    closing = "".join(f"\n{line}\n" for line in closing_lines(results))
+    write_text(out / "summary.md",
+               f"# eagle3kit run ({preset})\n\n{markdown_table(summary_table(results))}\n{closing}")
 
 
 def record_summary(workdir: str | os.PathLike, notebook: str, **numbers) -> None:

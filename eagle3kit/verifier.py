@@ -81,6 +81,9 @@ def _preset_configs() -> dict[str, PretrainedConfig]:
         tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128009,
     )
     llama.name_or_path = "meta-llama/Llama-3.1-8B-Instruct (shape only)"
+    llama70 = LlamaConfig(**{**llama.to_dict(), "hidden_size": 8192, "intermediate_size": 28672,
+                             "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8})
+    llama70.name_or_path = "meta-llama/Llama-3.3-70B-Instruct (shape only)"
     qwen = Qwen3Config(
         vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
@@ -99,10 +102,10 @@ def _preset_configs() -> dict[str, PretrainedConfig]:
     kimi.model_type = "kimi_k25"
     kimi.text_config = text
     kimi.name_or_path = "moonshotai/Kimi-K2.5 (shape only: DeepSeek-V3 text config, MLA, inside a multimodal wrapper)"
-    return {"llama-3.1-8b": llama, "qwen3-8b": qwen, "kimi-k2.5": kimi}
+    return {"llama-3.1-8b": llama, "llama-3.3-70b": llama70, "qwen3-8b": qwen, "kimi-k2.5": kimi}
 
 
-PRESETS = ("llama-3.1-8b", "qwen3-8b", "kimi-k2.5")
+PRESETS = ("llama-3.1-8b", "llama-3.3-70b", "qwen3-8b", "kimi-k2.5")
 
 
 def preset_dir(name: str) -> Path:

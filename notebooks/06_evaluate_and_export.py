@@ -32,7 +32,9 @@
 #   plain greedy decoding token for token.
 #
 # Then it exports the draft in speculators' format and serves the export in real vLLM: the same prompts, τ from vLLM's
-# own counters, the output unchanged by the draft.
+# own counters, the output unchanged by the draft. It ends with speed: what the draft buys here, measured the same way
+# with and without it, why (one draft step and one verifier step, measured inside vLLM), and what the same acceptance
+# would buy on the planned GPU run.
 
 # %% tags=["parameters"]
 verifier = "smollm2"        # used when the data has to be built here
@@ -50,6 +52,9 @@ max_new_tokens = 48         # greedy continuation length per prompt
 max_prompt_tokens = 128     # the user turn is cut to this many tokens
 k = 0                       # draft tokens per round; 0: the draft's ttt_steps
 vllm_check = False          # serve the export in vLLM's CPU build (installed once by `make vllm`) and compare
+plan_verifier = "llama-3.1-8b"  # the planned GPU run whose speedup is predicted at the end
+plan_gpu = "H100-80GB"      # a name of eagle3kit.plan.GPUS
+serve_batch = 1             # sequences vLLM decodes together on that GPU
 seed = 0
 workdir = "../runs/interactive/work"
 
@@ -65,12 +70,13 @@ from eagle3kit.data.loader import find_or_build_data, held_out_conversations
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.draft.model import save_draft
 from eagle3kit.evaluate import acceptance as ev
-from eagle3kit.evaluate import conventions, export
+from eagle3kit.evaluate import conventions, export, speed
 from eagle3kit.evaluate.vllm import compare as vllm_compare
 from eagle3kit.evaluate.vllm import serve
 from eagle3kit.evaluate.budget import best_per_minute, plot_tau_vs_budget, read_curve
 from eagle3kit.evaluate.vllm.serve import VllmInputError
 from eagle3kit.evaluate.vllm.env import VllmNotInstalled, vllm_python
+from eagle3kit.plan import speedup
 from eagle3kit.runner import read_summary, record_summary
 from eagle3kit.train.plots import plot_metrics
 from eagle3kit.train.session import TrainSession
@@ -122,8 +128,8 @@ t0 = time.perf_counter()
 conts = ev.continuations(verifier_model, prompts, max_new_tokens, tokenizer.eos_token_id)
 greedy_seconds = time.perf_counter() - t0
 n_tokens = sum(len(c) for c in conts)
-print(f"{len(prompts)} prompts, {n_tokens} greedy tokens in {greedy_seconds:.1f}s "
-      f"({n_tokens / greedy_seconds:.1f} tok/s)")
+print(f"{len(prompts)} prompts, {n_tokens} greedy tokens in {greedy_seconds:.1f}s (batched, to make the reference "
+      "continuations; speed is compared at the end, measured the same way with and without the draft)")
 print("prompt:", repr(tokenizer.decode(prompts[0][0])[-200:]))
 print("greedy:", repr(tokenizer.decode(conts[0])[:300]))
 
@@ -163,13 +169,14 @@ plot_metrics(session.history)
 #
 # The decode loop's output is compared with plain greedy decoding (`lossless`: prompts where every token is equal).
 # It decodes one prompt at a time, so `n_decode_prompts` can keep it to the first few; the simulation (and vLLM
-# below) use all of them.
+# below) use all of them. After each prompt, plain greedy decoding of the same prompt, one at a time, is timed too:
+# the loop's speed is only ever compared with that.
 
 # %%
 sim["trained"] = ev.simulate(verifier_model, session.model, prompts, conts, k)
 n_decode = n_decode_prompts or len(prompts)
 real["trained"] = ev.decode(verifier_model, session.model, prompts[:n_decode], conts[:n_decode], k,
-                            tokenizer.eos_token_id)
+                            tokenizer.eos_token_id, baseline=True)
 table = ev.summary_table(sim, real)
 display(table)
 for name in sim:
@@ -259,15 +266,74 @@ elif command:
     else:
         vllm = serve.check_draft(out, build.verifier.path, [p[0].tolist() for p in prompts], max_new_tokens, k=k)
 if vllm is not None:
-    display(vllm_compare.comparison_table(vllm, sim["trained"], real["trained"], conts, n_tokens / greedy_seconds))
+    display(vllm_compare.comparison_table(vllm, sim["trained"], real["trained"], conts))
 if command:
     print("serve it:", command)
 
+# %% [markdown]
+# ## Speed, measured the same way
+#
+# Each row sets tokens/s with the draft beside tokens/s without it **measured the same way**: the same prompts, the
+# same engine, the same batch, warm. vLLM decodes all prompts as one batch, both engines built before the clock starts.
+# eagle3kit's decode loop is a correctness tool (it proves the output unchanged, one prompt at a time): its speed is
+# only set beside plain greedy decoding of the same prompts one at a time, never beside vLLM or a batched run.
+
 # %%
+display(vllm_compare.speed_rows(vllm, real["trained"], max_new_tokens))
+
+# %% [markdown]
+# ## Why: one draft step and one verifier step, measured inside vLLM
+#
+# vLLM timed every engine step of both runs (`worker.StepTimer`): the verifier's forward and logits, the drafter's
+# k forwards, and the rest (scheduling, sampling, the verification's bookkeeping). A round of speculation costs one
+# verifier step over k + 1 tokens a sequence, k draft steps and that rest, and commits τ tokens a sequence; a plain
+# step commits one. So the speedup is τ · t_plain / t_round, and the draft pays above the break-even τ = t_round /
+# t_plain. The prediction below uses those medians and vLLM's τ per position; the measured speedup is the whole
+# generation's (prompt steps included, which the draft does not speed up: they are counted as the plain run spent them).
+
+# %%
+cpu = None
+if vllm is not None and vllm.steps.get("draft") and vllm.steps.get("plain"):
+    cpu = speed.cpu_prediction(vllm.steps, k, vllm.acceptance_per_pos, vllm.tokens_per_s, vllm.seconds)
+    display(cpu.table())
+    display(speed.plot_round(cpu))
+else:
+    print("skipped: vllm_check = False (the step costs are measured inside vLLM's CPU build)")
+
+# %% [markdown]
+# ## Predicted there: the same acceptance on the planned GPU run
+#
+# `eagle3kit plan` (and `doctor --why-tau`) predict the speedup on a GPU from the verifier's and the draft's counted
+# bytes and FLOPs at a stated bandwidth and compute utilisation, plus engine overheads derived from a published vLLM
+# measurement; `bench/speedup.py` checks the model against published EAGLE-3 speedups. Here: this run's acceptance per
+# position (vLLM's when it ran, else the simulation's) for a draft of the planned verifier served by vLLM.
+
+# %%
+if vllm is not None:
+    acceptance, tau_from = vllm.acceptance_per_pos, "vLLM's counters"
+else:
+    acceptance, tau_from = sim["trained"].rates()["cumulative"].fillna(0.0).tolist(), "simulated"
+there = speedup.predict(plan_verifier, plan_gpu, serve_batch, k, acceptance=acceptance)
+display(pd.DataFrame(there.rows(), columns=["section", "item", "value", "kind"]).drop(columns="section"))
+where = f"{plan_verifier} on one {plan_gpu} at batch {serve_batch}"
+if cpu is not None:
+    print(cpu.why(there.break_even, f"{where} (predicted)", speed.bench_row(1)))
+
+# %%
+here = (f"Measured here (vLLM CPU build, {len(prompts)} prompts as one batch, load {vllm.load_text}): "
+        f"{vllm.tokens_per_s['draft']:.0f} tokens/s with the draft, {vllm.tokens_per_s['plain']:.0f} without "
+        f"({cpu.measured if cpu else vllm.tokens_per_s['draft'] / vllm.tokens_per_s['plain']:.2f}x, τ {vllm.tau:.2f}"
+        + (f"; the step costs predicted {cpu.predicted_tokens_per_s:.0f} tokens/s with the draft)." if cpu else ").")
+        if vllm is not None else "Measured here: skipped (vllm_check = False).")
+speed_line = [here, f"Predicted there ({where}, vLLM, k = {k}): {there.speedup:.2f}x plain decoding at this τ "
+              f"{there.tau:.2f} ({tau_from}); the draft pays above τ {there.break_even:.2f}, at most {there.best:.2f}x."]
 record_summary(workdir, "06", tau_untrained=round(sim["untrained"].tau, 3), tau_trained=round(sim["trained"].tau, 3),
                tau_decode_untrained=round(real["untrained"].tau, 3), tau_decode_trained=round(real["trained"].tau, 3),
                lossless=all(r.lossless == r.prompts for r in real.values()), k=k,
                train_steps_06=train_steps, train_steps_total=session.global_step,
                train_seconds_06=round(train_seconds), minutes_to_make=round(run_minutes, 1), export=str(out),
                tau_vllm=None if vllm is None else round(vllm.tau, 3),
-               vllm_lossless=None if vllm is None else vllm.lossless == len(prompts))
+               vllm_lossless=None if vllm is None else vllm.lossless == len(prompts),
+               tokens_per_s_vllm=None if vllm is None else {r: round(v, 1) for r, v in vllm.tokens_per_s.items()},
+               speedup_predicted_there=round(there.speedup, 3), closing=speed_line)
+print("\n".join(speed_line))

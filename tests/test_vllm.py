@@ -93,6 +93,7 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path):
     from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.loader import held_out_conversations
     from eagle3kit.draft.config import DraftSpec
+    from eagle3kit.evaluate import speed
     from eagle3kit.evaluate.vllm import compare as vllm_compare
     from eagle3kit.evaluate.acceptance import chat_prompts, continuations, decode, simulate
     from eagle3kit.train.session import TrainSession
@@ -113,10 +114,10 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path):
 
     model, draft = load_model(smollm2), session.model.eval()
     conts = continuations(model, prompts, NEW_TOKENS, progress=False)
-    sim, loop = simulate(model, draft, prompts, conts, K, progress=False), decode(model, draft, prompts, conts, K,
-                                                                                   progress=False)
+    sim = simulate(model, draft, prompts, conts, K, progress=False)
+    loop = decode(model, draft, prompts, conts, K, progress=False, baseline=True)
     same = vllm_compare.same_as_greedy(check, conts)
-    table = vllm_compare.comparison_table(check, sim, loop, conts, greedy_tokens_per_s=1.0)
+    table = vllm_compare.comparison_table(check, sim, loop, conts)
     assert table.iloc[0].tolist() == [round(check.tau, 3), round(loop.tau, 3), round(sim.tau, 3)]
     print(table.to_string())
     print(f"vLLM check (trained, 50 steps): {check.summary()}; eagle3kit tau sim {sim.tau:.3f}, "
@@ -125,6 +126,20 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path):
     assert check.drafts > 0 and len(check.accepted_per_pos) == K and all(0 <= a <= 1 for a in check.acceptance_per_pos)
     assert check.tokens_per_s["draft"] > 0 and check.tokens_per_s["plain"] > 0 and check.vllm_version == "0.32.0"
     assert same >= len(prompts) // 2  # vLLM's greedy equals transformers' except at floating-point near ties
+
+    # the step timer inside vLLM's worker: each decode round of the full batch ran k draft forwards and the verifier
+    # over k + 1 tokens a sequence; the plain run's steps read one token a sequence and never drafted
+    drafted, plain = speed.step_costs(check.steps["draft"], K), speed.step_costs(check.steps["plain"])
+    assert drafted.batch == plain.batch == len(prompts) and drafted.draft_forwards == K
+    assert drafted.tokens == len(prompts) * (K + 1) and plain.tokens == len(prompts) and plain.draft_forwards == 0
+    assert 0 < drafted.verifier_s < drafted.step_s and 0 < drafted.draft_s and 0 < plain.verifier_s <= plain.step_s
+    cpu = speed.cpu_prediction(check.steps, K, check.acceptance_per_pos, check.tokens_per_s, check.seconds)
+    assert cpu.tau == pytest.approx(check.tau) and cpu.predicted > 0 and cpu.predicted_tokens_per_s > 0
+    assert all(len(check.load[r]) == 2 for r in ("draft", "plain"))
+    rows = vllm_compare.speed_rows(check, loop, NEW_TOKENS)
+    assert list(rows["batch"]) == [len(prompts), 1]  # vLLM beside vLLM, the decode loop beside greedy one at a time
+    print(cpu.table().to_string())
+    print(rows.to_string())
 
 
 @vllm_test

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable
 
@@ -43,13 +44,16 @@ def run_notebooks_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_run_notebooks(args: argparse.Namespace) -> int:
     """execute notebooks/NN_*.ipynb in order with papermill"""
-    from eagle3kit.runner import parse_overrides, run_notebooks, summary_table  # lazy: papermill + torch are slow
-    from eagle3kit.tables import format_table
+    from eagle3kit.runner import (closing_lines, parse_overrides, run_notebooks,  # lazy: papermill + torch are slow
+                                  summary_table)
+    from eagle3kit.tables import format_table, terminal_width
 
     results = run_notebooks(args.out, preset=args.preset, overrides=parse_overrides(args.set or []), select=args.only,
                             stop_on_failure=not args.keep_going)
     print()
     print(format_table(summary_table(results)))
+    for line in closing_lines(results):
+        print("\n" + textwrap.fill(line, terminal_width()))
     print(f"\nExecuted notebooks and summary.json / summary.md in {args.out}")
     return 0 if all(r.status == "ok" for r in results) else 1
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from eagle3kit.cli.args import signature_options
 from eagle3kit.errors import UserError
@@ -151,7 +150,7 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
     from eagle3kit.evaluate import acceptance as ev
     from eagle3kit.evaluate.export import reload, vllm_commands
     from eagle3kit.evaluate.vllm import serve
-    from eagle3kit.evaluate.vllm.compare import comparison_table
+    from eagle3kit.evaluate.vllm.compare import comparison_table, speed_rows
     from eagle3kit.evaluate.vllm.env import VllmError, vllm_python
     from eagle3kit.tables import format_table
     from eagle3kit.verifier import load_model, load_tokenizer
@@ -169,13 +168,13 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
         return 1
     print(format_table(check.table()))
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    model, t0 = load_model(str(verifier)), time.perf_counter()
+    model = load_model(str(verifier))
     conts = ev.continuations(model, prompts, args.max_new_tokens, tok.eos_token_id, progress=False)
-    greedy_tokens_per_s = sum(map(len, conts)) / (time.perf_counter() - t0)
     simulated = ev.simulate(model, reload(draft), prompts, conts, k, progress=False)
     print("\nThe same prompts and lengths, eagle3kit beside vLLM:")
-    print(format_table(comparison_table(check, simulated, None, conts, greedy_tokens_per_s).reset_index(
-        names="measure")))
+    print(format_table(comparison_table(check, simulated, None, conts).reset_index(names="measure")))
+    print("\nSpeed, with the draft beside without it (measured the same way):")
+    print(format_table(speed_rows(check, None, args.max_new_tokens)))
     print(f"\n{len(prompts)} prompts, {args.max_new_tokens} greedy tokens each, k = {k}")
     print(f"\nServe the draft (`vllm` is in {python.parent}):\n  {vllm_commands(draft, k, verifier)['long']}")
     if check.lossless < len(prompts):

@@ -363,7 +363,12 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         "attention": "simple_flex_attention | sdpa", "gpu": "H100-80GB | H200 | A100-80GB | A100-40GB | L40S | ...",
         "gpus": "GPUs of the run", "fsdp": "shard weights, gradients and optimizer state", "epochs": "epochs",
         "data_utilisation": "fraction of dense bf16 peak in data generation",
-        "train_utilisation": "fraction of dense bf16 peak in training"})
+        "train_utilisation": "fraction of dense bf16 peak in training",
+        "serve_batch": "sequences vLLM decodes together when serving the draft",
+        "serve_k": "draft tokens per round when serving (default: --ttt-steps)",
+        "serve_gpus": "GPUs the served verifier is split over (tensor parallel)",
+        "tau": "acceptance length to expect (e.g. from `eagle3kit vllm-check`): the speedup at it",
+        "acceptance": "or the acceptance per draft position (cumulative): tau = 1 + their sum"})
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

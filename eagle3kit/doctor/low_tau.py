@@ -1,6 +1,7 @@
 """Why is my τ low? From a draft folder + a data directory (or prompts): acceptance per draft position on the
 verifier's own continuations, the untrained baseline, the draft's agreement with the verifier on the dataset's text
-against on the verifier's continuations, and served k against the trained TTT steps, as a short verdict.
+against on the verifier's continuations, and served k against the trained TTT steps, as a short verdict that ends with
+what that acceptance buys when served (:mod:`eagle3kit.plan.speedup`: vLLM on one GPU, batch 1).
 
 ``why_low_tau(draft_dir, verifier=None, data_dir=None, prompts=None)`` -> :class:`TauReport` (``.table()``,
 ``.verdict``); the CLI: ``eagle3kit doctor --draft DIR --why-tau [--data DIR]``.
@@ -20,8 +21,10 @@ from eagle3kit.doctor.folder_checks import trained_steps
 from eagle3kit.doctor.trained import Agreement, measure
 from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.plan import speedup
 from eagle3kit.verifier import load_model, load_tokenizer
 
+SPEED_GPU = "H100-80GB"  # where the verdict's speed line serves the draft (eagle3kit plan --gpu for another)
 SHIFT = 0.15  # agreement on the dataset's text this much above agreement on the verifier's own text: a shift
 VERIFIER_LIKE = 0.5  # the verifier predicts at least this share of a dataset's reply tokens when it wrote them
 
@@ -43,6 +46,7 @@ class TauReport:
     agreement: Agreement  # the draft and its untrained twin on the verifier's greedy continuations
     text: TextAgreement | None  # on the dataset's replies (None without a data directory)
     verdict: list[str] = field(default_factory=list)
+    speed: speedup.SpeedPlan | None = None  # this acceptance served by vLLM on one SPEED_GPU at batch 1
 
     def table(self) -> pd.DataFrame:
         """τ and the acceptance rate per draft position (given the earlier ones accepted), draft and untrained."""
@@ -94,6 +98,13 @@ def verdict(k: int, steps: int | None, agreement: Agreement, text: TextAgreement
     return out
 
 
+def speed_line(plan: speedup.SpeedPlan) -> str:
+    """What the measured acceptance buys when served, in one sentence."""
+    return (f"Served by vLLM on one {plan.gpu} at batch {plan.batch} with k={plan.k}, τ {plan.tau:.2f} would decode "
+            f"at {plan.speedup:.2f}x plain speed (predicted; the draft pays above τ {plan.break_even:.2f}, at most "
+            f"{plan.best:.2f}x): `eagle3kit plan --verifier ... --tau {plan.tau:.2f}` for another GPU or batch.")
+
+
 def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None = None,
                 data_dir: str | os.PathLike | None = None, prompts: list | None = None, k: int | None = None,
                 n_prompts: int = 8, max_new_tokens: int = 48) -> TauReport:
@@ -113,4 +124,9 @@ def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None
     text = (text_agreement(model, load_tokenizer(v), draft, data.conversations, n_prompts, max_new_tokens)
             if data is not None and data.conversations else None)
     steps = trained_steps(folder)
-    return TauReport(k, steps, agreement, text, verdict(k, steps, agreement, text))
+    plan = speedup.predict(v.path or v.name, SPEED_GPU, 1, k,
+                           acceptance=agreement.draft.rates()["cumulative"].fillna(0.0).tolist(),
+                           draft_vocab_size=config.draft_vocab_size,
+                           num_layers=config.transformer_layer_config.num_hidden_layers)
+    lines = verdict(k, steps, agreement, text) + [speed_line(plan)]
+    return TauReport(k, steps, agreement, text, lines, plan)

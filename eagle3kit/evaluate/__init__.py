@@ -5,6 +5,7 @@
 ``defaults``    the evaluation defaults ``evaluate`` and ``vllm-check`` share (prompts, lengths, k)
 ``conventions`` τ as eagle3kit, speculators and SpecForge count it, with the conversions
 ``budget``      τ against the CPU minutes spent making the draft, and its plot
+``speed``       from τ to speed: the speedup arithmetic, measured step costs, tokens/s side by side only when alike
 ``export``      reload an exported draft with speculators, the vLLM serve command
 ``vllm``        the draft in real vLLM (its own environment, subprocesses only): :mod:`eagle3kit.evaluate.vllm`
 """

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from eagle3kit.data.conversations import Conversation, ConversationError, prompt_turns
 from eagle3kit.data.generate import greedy_replies
-from eagle3kit.evaluate.decode import aux_hidden_states, speculative_generate, to_verifier_ids
+from eagle3kit.evaluate.decode import aux_hidden_states, greedy_generate, speculative_generate, to_verifier_ids
 from eagle3kit.evaluate.defaults import MAX_PROMPT_TOKENS
 
 
@@ -170,21 +170,31 @@ class DecodeRun:
     lossless: int  # prompts whose output equals greedy decoding
     prompts: int
     seconds: float
+    plain_seconds: float = 0.0  # plain greedy decoding of the same prompts, one at a time (0: not measured)
 
 
 def decode(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int, eos_token_id=None,
-           progress: bool = True) -> DecodeRun:
-    """Run the real speculative decode loop on every prompt; check it reproduces the greedy continuation."""
+           progress: bool = True, baseline: bool = False) -> DecodeRun:
+    """Run the real speculative decode loop on every prompt; check it reproduces the greedy continuation.
+
+    ``baseline``: after each prompt, also time plain greedy decoding of it (transformers' ``generate``, batch 1),
+    so the loop's speed is compared with the same work without the draft.
+    """
     rounds = tokens = same = 0
-    t0 = time.perf_counter()
+    seconds = plain = 0.0
     for prompt, cont in tqdm(list(zip(prompts, conts, strict=True)), desc="speculative decoding",
                              disable=not progress):
+        t0 = time.perf_counter()
         res = speculative_generate(verifier, draft, prompt, len(cont), k, eos_token_id)
+        seconds += time.perf_counter() - t0
+        if baseline:
+            t0 = time.perf_counter()
+            greedy_generate(verifier, prompt, len(cont), eos_token_id)
+            plain += time.perf_counter() - t0
         same += res.tokens == cont
         rounds += res.rounds
         tokens += len(res.tokens) - 1
-    return DecodeRun(tokens / rounds if rounds else float("nan"), rounds, tokens, same, len(prompts),
-                     time.perf_counter() - t0)
+    return DecodeRun(tokens / rounds if rounds else float("nan"), rounds, tokens, same, len(prompts), seconds, plain)
 
 
 def summary_table(results: dict[str, Acceptance], decoded: dict[str, DecodeRun] | None = None) -> pd.DataFrame:

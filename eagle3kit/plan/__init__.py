@@ -3,12 +3,14 @@
 ``report``     :func:`plan_run` -> :class:`Plan` (``.table()``, ``.commands``, ``.assumptions``, ``.problems()``)
 ``figure``     :func:`plan_figure`: memory per rank by part, eager vs fused, and disk
 ``published``  :func:`published_checks`: speculators' 268 MB/sample, PR 951's loss peaks, EAGLE issue 30's 740 GB
+``speedup``    what the draft buys when served: step times from bytes and FLOPs, engine overheads, the published checks
+``speed_published``  published EAGLE-3 (τ, speed) pairs with their sources (vLLM, SGLang)
 ``commands``   the torchrun command for a run's YAML (``eagle3kit launch`` writes it too)
 ``fit``        the check ``eagle3kit launch`` runs before writing anything
 ``disk``       hidden-state and checkpoint bytes
 ``memory``     GPU memory per rank by part, the longest sequence that fits
 ``timing``     data generation and training time at a stated utilisation
-``gpus``       named GPUs (memory, bf16 throughput)
+``gpus``       named GPUs (memory, memory bandwidth, bf16 throughput)
 ``shapes``     the verifier's and draft's shapes, counted from the real objects
 """
 

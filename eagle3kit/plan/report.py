@@ -1,5 +1,6 @@
 """A plan for the GPU run: disk, GPU memory per rank, the longest packed sequence that fits, the verifier's memory
-for data generation, time, and the commands, each number labelled with how it was obtained.
+for data generation, time, the commands, and what the draft will buy when served (:mod:`eagle3kit.plan.speedup`), each
+number labelled with how it was obtained.
 
 Kinds: ``counted`` (from the real objects: speculators' draft and the verifier built on the meta device, or a data
 directory's manifest), ``derived`` (a formula of :mod:`eagle3kit.plan.disk` / ``memory`` / ``timing``, checked against
@@ -16,7 +17,7 @@ import pandas as pd
 
 from eagle3kit.draft.config import DraftSpec, build_config
 from eagle3kit.errors import UserError
-from eagle3kit.plan import disk, memory, timing
+from eagle3kit.plan import disk, memory, speedup, timing
 from eagle3kit.plan.commands import torchrun_command
 from eagle3kit.plan.gpus import GPU, USABLE_FRACTION, resolve_gpu
 from eagle3kit.plan.shapes import DraftShape, VerifierShape, draft_shape, verifier_shape
@@ -48,6 +49,7 @@ class Plan:
     train_seconds: float
     checkpoint_bytes: float
     utilisation: tuple[float, float]
+    speed: speedup.SpeedPlan | None = None
     commands: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
@@ -92,6 +94,7 @@ class Plan:
              _duration(self.data_seconds), "derived"),
             ("time", f"training {self.epochs} epochs on {self.n_gpus} x {self.gpu.name} at {self.utilisation[1]:.0%}",
              _duration(self.train_seconds), "derived"),
+            *(self.speed.rows() if self.speed else []),
         ]
         return pd.DataFrame(rows, columns=["section", "item", "value", "kind"])
 
@@ -131,8 +134,14 @@ def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sa
              optimizer: str = "adamw", attention: str = "simple_flex_attention", gpu: str = "H100-80GB",
              gpus: int = 8, fsdp: bool = False, epochs: int = 20,
              data_utilisation: float = timing.DATA_UTILISATION,
-             train_utilisation: float = timing.TRAIN_UTILISATION) -> Plan:
-    """Plan the GPU run of ``verifier`` (a preset, an HF directory): see the module doc for what each number is."""
+             train_utilisation: float = timing.TRAIN_UTILISATION, serve_batch: int = 1, serve_k: int | None = None,
+             serve_gpus: int = 1, tau: float | None = None, acceptance: list[float] | None = None) -> Plan:
+    """Plan the GPU run of ``verifier`` (a preset, an HF directory): see the module doc for what each number is.
+
+    Serving (vLLM on ``serve_gpus`` x ``gpu``, ``serve_batch`` sequences, ``serve_k`` draft tokens, default
+    ``ttt_steps``): the expected speedup at ``tau`` (or τ = 1 + Σ ``acceptance``, the cumulative acceptance per
+    position), the break-even τ and the all-accepted bound.
+    """
     if loss_implementation not in memory.LOSS_IMPLEMENTATIONS:
         raise UserError(f"loss_implementation={loss_implementation!r}: use 'fused' or 'eager'.")
     if samples < 1 or gpus < 1 or epochs < 1 or total_seq_len < 128:
@@ -169,6 +178,8 @@ def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sa
         train_seconds=timing.seconds(train_flops, timing.Throughput(gpus, target.bf16_tflops, train_utilisation)),
         checkpoint_bytes=memory.checkpoint_bytes(dshape, optimizer),
         utilisation=(data_utilisation, train_utilisation),
+        speed=speedup.predict(verifier, gpu, serve_batch, serve_k or ttt_steps, tau, acceptance, tp=serve_gpus,
+                              draft_vocab_size=build.config.draft_vocab_size, num_layers=num_layers),
     )
     result.commands = _commands(result, build, data)
     result.assumptions = _assumptions(result, kind)
@@ -206,4 +217,9 @@ def _assumptions(p: Plan, kind: str) -> list[str]:
         f"utilisation of dense bf16 peak: {p.utilisation[0]:.0%} for data generation, {p.utilisation[1]:.0%} for "
         "training (not measured on a GPU here)",
         "verifier weights in bf16 (an FP8/INT4 checkpoint needs half/a quarter); data generation reads each token once",
+        f"serving: bf16 weights read at {speedup.BANDWIDTH_UTILISATION:.0%} of the memory bandwidth, batched steps at "
+        f"{speedup.COMPUTE_UTILISATION:.0%} of dense bf16 peak, {speedup.DEFAULT_CONTEXT} tokens of KV cache a "
+        f"sequence; engine overheads {p.speed.overheads.source}; tensor parallelism's all-reduces not counted; checked "
+        "against published EAGLE-3 speedups at batch 1 (bench/speedup.py: single-GPU points within 10%, 70B on 8 GPUs "
+        "31% high), not yet at larger batches",
     ]

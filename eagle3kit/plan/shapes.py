@@ -24,6 +24,8 @@ class VerifierShape:
     num_layers: int
     params: int  # all parameters
     active_params: int  # per token (a MoE's routed experts counted k / n_routed)
+    q_dim: int = 0  # attention heads x head dim (the attention's FLOPs per cached token)
+    kv_per_token: int = 0  # KV-cache elements per token and layer (MLA: the compressed latent + rope key)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,14 @@ def verifier_shape(build: DraftBuild) -> VerifierShape:
     experts = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n or n.endswith(".experts"))
     routed, k = getattr(text, "n_routed_experts", None), getattr(text, "num_experts_per_tok", None)
     active = total - experts + (experts * k // routed if experts and routed and k else experts)
-    return VerifierShape(text.hidden_size, text.vocab_size, text.num_hidden_layers, total, active)
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    if getattr(text, "kv_lora_rank", None):  # MLA caches one latent and one rope key per token and layer
+        kv = text.kv_lora_rank + text.qk_rope_head_dim
+    else:
+        kv = 2 * getattr(text, "num_key_value_heads", heads) * head_dim
+    return VerifierShape(text.hidden_size, text.vocab_size, text.num_hidden_layers, total, active,
+                         q_dim=heads * head_dim, kv_per_token=kv)
 
 
 def draft_shape(build: DraftBuild) -> DraftShape:

@@ -1,11 +1,15 @@
-"""vLLM's view of a draft beside eagle3kit's, on the same prompts: τ, per-position acceptance, lossless, speed."""
+"""vLLM's view of a draft beside eagle3kit's, on the same prompts: τ, per-position acceptance, lossless; and speed,
+each engine's tokens/s with the draft beside its own without it, measured the same way (:func:`speed_rows`)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from eagle3kit.evaluate.acceptance import Acceptance, DecodeRun
+from eagle3kit.evaluate.speed import Measured, speed_table
 from eagle3kit.evaluate.vllm.serve import VllmCheck
+
+DECODE_LOOP = "transformers, one prompt at a time (eagle3kit's decode loop: a correctness tool)"
 
 
 def same_as_greedy(check: VllmCheck, continuations: list[list[int]]) -> int:
@@ -15,10 +19,10 @@ def same_as_greedy(check: VllmCheck, continuations: list[list[int]]) -> int:
 
 
 def comparison_table(check: VllmCheck, simulated: Acceptance, decoded: DecodeRun | None,
-                     continuations: list[list[int]], greedy_tokens_per_s: float) -> pd.DataFrame:
+                     continuations: list[list[int]]) -> pd.DataFrame:
     """One row per measure, one column per engine: vLLM (its counters), eagle3kit's decode loop (left out when
     ``decoded`` is None), eagle3kit's simulation. vLLM's per-position rates count the rounds it ran, the
-    simulation's every start position."""
+    simulation's every start position. Speed is :func:`speed_rows`'s."""
     n = len(check.outputs_plain)
 
     def loop(value) -> list:  # the decode loop's cell, or none when there is no decode-loop column
@@ -31,8 +35,20 @@ def comparison_table(check: VllmCheck, simulated: Acceptance, decoded: DecodeRun
     rows["lossless: same output with and without the draft"] = [
         f"{check.lossless}/{n}", *loop(lambda d: f"{d.lossless}/{d.prompts}"), "–"]
     rows["plain output equal to eagle3kit's greedy"] = [f"{same_as_greedy(check, continuations)}/{n}", *loop("–"), "–"]
-    rows["tokens/s with the draft"] = [check.tokens_per_s["draft"], *loop(lambda d: d.tokens / d.seconds), "–"]
-    rows["tokens/s without it"] = [check.tokens_per_s["plain"], *loop(greedy_tokens_per_s), "–"]
     columns = [f"vLLM {check.vllm_version} (its counters)", *loop("eagle3kit decode loop"), "eagle3kit simulated"]
     table = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
     return table.map(lambda x: round(x, 3) if isinstance(x, float) else x)
+
+
+def speed_rows(check: VllmCheck | None, decoded: DecodeRun | None, max_new_tokens: int) -> pd.DataFrame:
+    """Tokens/s with the draft beside without it, one row per engine, each pair measured the same way: vLLM on all
+    prompts at once (one batch, engines warm); the decode loop one prompt at a time against plain greedy decoding of
+    the same prompts one at a time (interleaved), labelled a correctness tool."""
+    rows = {}
+    if check is not None:
+        n, engine = len(check.outputs_plain), f"vLLM {check.vllm_version} (CPU build)"
+        rows["vLLM"] = tuple(Measured(check.tokens_per_s[r], engine, n, n, max_new_tokens) for r in ("draft", "plain"))
+    if decoded is not None and decoded.plain_seconds:
+        rows["decode loop"] = tuple(Measured(decoded.tokens / s, DECODE_LOOP, 1, decoded.prompts, max_new_tokens)
+                                    for s in (decoded.seconds, decoded.plain_seconds))
+    return speed_table(rows)

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -103,6 +103,8 @@ class VllmCheck:
     seconds: dict[str, float]
     tokens_per_s: dict[str, float]
     vllm_version: str
+    steps: dict[str, list[dict]] = field(default_factory=dict)  # per run, each engine step's times (worker.StepTimer)
+    load: dict[str, list[float]] = field(default_factory=dict)  # per run, the load average before and after it
 
     @property
     def tau(self) -> float:
@@ -119,6 +121,11 @@ class VllmCheck:
         """How many prompts gave the same tokens with and without the draft."""
         return sum(a == b for a, b in zip(self.outputs_draft, self.outputs_plain, strict=True))
 
+    @property
+    def load_text(self) -> str:
+        """The 1-minute load average before → after each timed run, with the draft / without it."""
+        return " / ".join("→".join(f"{x:.1f}" for x in self.load.get(r, [])) or "?" for r in ("draft", "plain"))
+
     def summary(self) -> dict[str, object]:
         return {"tau_vllm": round(self.tau, 4), "drafts": self.drafts, "accepted": self.accepted,
                 "acceptance_per_pos": [round(a, 4) for a in self.acceptance_per_pos],
@@ -134,6 +141,7 @@ class VllmCheck:
                 ("lossless: same tokens with and without the draft", f"{self.lossless}/{len(self.outputs_plain)}"),
                 ("tokens/s with the draft", f"{self.tokens_per_s['draft']:.1f}"),
                 ("tokens/s without the draft", f"{self.tokens_per_s['plain']:.1f}"),
+                ("load average before → after (with / without)", self.load_text),
                 ("vLLM", self.vllm_version)]
         return pd.DataFrame(rows, columns=["measure", "value"])
 
@@ -175,15 +183,18 @@ def _launch(argv: list[str], log: Path) -> subprocess.Popen:
 
 def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None,
                 prompts_token_ids: list[list[int]], max_new_tokens: int = MAX_NEW_TOKENS, k: int | None = None,
-                timeout: float = 900.0, venv: str | os.PathLike | None = None) -> VllmCheck:
-    """Generate greedily in vLLM with the draft and without it on the same token-id prompts (two fresh engines)."""
+                timeout: float = 900.0, venv: str | os.PathLike | None = None,
+                max_num_seqs: int | None = None) -> VllmCheck:
+    """Generate greedily in vLLM with the draft and without it on the same token-id prompts (two fresh engines);
+    ``max_num_seqs``: at most this many sequences a step (default: every prompt at once)."""
     draft, verifier, k = check_inputs(draft_dir, verifier_dir, k)
     if not prompts_token_ids or not all(p and all(isinstance(t, int) for t in p) for p in prompts_token_ids):
         raise VllmInputError("prompts_token_ids must be a non-empty list of non-empty lists of token ids.")
     python = vllm_python(venv)
     with tempfile.TemporaryDirectory(prefix="eagle3kit-vllm-") as tmp:
         spec = {"verifier": str(verifier.resolve()), "draft": str(draft.resolve()), "k": k,
-                "prompts": [list(p) for p in prompts_token_ids], "max_new_tokens": max_new_tokens}
+                "prompts": [list(p) for p in prompts_token_ids], "max_new_tokens": max_new_tokens,
+                "max_num_seqs": max_num_seqs}
         (Path(tmp) / "spec.json").write_text(json.dumps(spec))
         log, out = Path(tmp) / "worker.log", Path(tmp) / "out.json"
         proc = _launch([str(python), str(WORKER), str(Path(tmp) / "spec.json"), str(out)], log)
@@ -199,7 +210,9 @@ def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | 
     d, p, c = raw["runs"]["draft"], raw["runs"]["plain"], raw["runs"]["draft"]["counters"]
     return VllmCheck(k, c["drafts"], c["accepted"], c["accepted_per_pos"], d["outputs"], p["outputs"],
                      {r: raw["runs"][r]["seconds"] for r in ("draft", "plain")},
-                     {r: raw["runs"][r]["tokens_per_s"] for r in ("draft", "plain")}, raw["vllm_version"])
+                     {r: raw["runs"][r]["tokens_per_s"] for r in ("draft", "plain")}, raw["vllm_version"],
+                     {r: raw["runs"][r].get("steps", []) for r in ("draft", "plain")},
+                     {r: raw["runs"][r].get("load", []) for r in ("draft", "plain")})
 
 
 # ----------------------------------------------------------------------------------------------- server

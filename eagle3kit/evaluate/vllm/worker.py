@@ -7,11 +7,13 @@ the standard library::
 
 ``spec.json``: ``verifier`` (HF directory), ``draft`` (exported draft directory), ``k``, ``prompts`` (lists of token
 ids), ``max_new_tokens``; optional ``runs`` (default ``["draft", "plain"]``), ``kv_cache_gb`` (2), ``dtype``
-("float32"), ``max_model_len``. Each run builds its own ``vllm.LLM`` in a fresh child process (vLLM does not hand its
-memory back reliably within one process); the children start their engines together and then generate one at a time,
-so the tokens/s of each run are measured alone. ``out.json``: ``{"vllm_version", "runs": {"draft": {...},
-"plain": {...}}}`` with, per run, the generated token ids per prompt, seconds, tokens/s and (with the draft) vLLM's
-spec-decode counters.
+("float32"), ``max_model_len``, ``max_num_seqs`` (vLLM's default: all at once), ``step_times`` (true). Each run
+builds its own ``vllm.LLM`` in a fresh child process (vLLM does not hand its memory back reliably within one process);
+the children start their engines together and then generate one at a time, so the tokens/s of each run are measured
+alone. ``out.json``: ``{"vllm_version", "runs":
+{"draft": {...}, "plain": {...}}}`` with, per run, the generated token ids per prompt, seconds, tokens/s, (with the
+draft) vLLM's spec-decode counters, the 1-minute load average before and after, and, per engine step of the timed
+generation, what :class:`StepTimer` measured.
 """
 
 from __future__ import annotations
@@ -47,6 +49,56 @@ def read_counters(metrics: list[Any]) -> dict[str, Any]:
     return out
 
 
+class StepTimer:
+    """Mixed into vLLM's worker (``worker_extension_cls="worker.StepTimer"``; called by name through
+    ``collective_rpc``): the wall time of each engine step of the model runner, and of its two parts, the verifier
+    (its forward and logits) and the drafter (``propose_draft_token_ids``: its k forwards, logits and input
+    preparation). A CPU runs them synchronously, so wall time is their cost."""
+
+    def install_step_timer(self) -> None:
+        runner = self.model_runner
+        steps: list[dict[str, Any]] = []
+        runner.eagle3kit_steps = steps
+
+        def wrap(owner, name: str, key: str | None, start: bool = False) -> None:
+            inner = getattr(owner, name)
+
+            def timed(*args, **kwargs):
+                if start:  # execute_model opens a step: requests and tokens scheduled
+                    out = args[0] if args else kwargs.get("scheduler_output")
+                    steps.append({"reqs": len(out.num_scheduled_tokens), "tokens": out.total_num_scheduled_tokens,
+                                  "step_s": 0.0, "verifier_s": 0.0, "draft_s": 0.0, "draft_forwards": 0})
+                t0 = time.perf_counter()
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    if steps:
+                        seconds = time.perf_counter() - t0
+                        if key:
+                            steps[-1][key] += seconds
+                        if name in ("execute_model", "sample_tokens"):
+                            steps[-1]["step_s"] += seconds
+
+            setattr(owner, name, timed)
+
+        wrap(runner, "execute_model", None, start=True)
+        wrap(runner, "sample_tokens", None)
+        wrap(runner, "_model_forward", "verifier_s")
+        wrap(runner.model, "compute_logits", "verifier_s")
+        drafter = getattr(runner, "drafter", None)
+        if drafter is not None:
+            wrap(runner, "propose_draft_token_ids", "draft_s")
+
+            def count(_module, _inputs) -> None:
+                if steps:
+                    steps[-1]["draft_forwards"] += 1
+
+            drafter.model.register_forward_pre_hook(count)
+
+    def step_times(self) -> list[dict[str, Any]]:
+        return [s for s in self.model_runner.eagle3kit_steps if s["tokens"]]
+
+
 def _take_turn(spec: dict[str, Any], run: str, timeout_s: float = 900.0):
     """Wait until every run's engine is built (``spec["sync_dir"]``), then take the lock that this process holds until
     it exits: one run's timed generation never shares the CPU with another's start, generation or shutdown. Returns
@@ -75,8 +127,12 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"dtype": spec.get("dtype", "float32"), "enforce_eager": True,
                               "distributed_executor_backend": "uni",
                               "disable_log_stats": False, "seed": 0}
-    if spec.get("max_model_len"):
-        kwargs["max_model_len"] = int(spec["max_model_len"])
+    for key in ("max_model_len", "max_num_seqs"):
+        if spec.get(key):
+            kwargs[key] = int(spec[key])
+    timed = spec.get("step_times", True)
+    if timed:  # this file's StepTimer, imported by vLLM's engine process (it inherits this script's sys.path)
+        kwargs["worker_extension_cls"] = f"{Path(__file__).stem}.StepTimer"
     if run == "draft":
         kwargs["speculative_config"] = {"method": "eagle3", "model": spec["draft"],
                                         "num_speculative_tokens": int(spec["k"])}
@@ -85,17 +141,21 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     load_s = time.perf_counter() - t0
     params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_new_tokens"]), ignore_eos=False)
     prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in spec["prompts"]]
+    if timed:
+        llm.collective_rpc("install_step_timer")
     turn = _take_turn(spec, run)  # noqa: F841 (held while this process lives)
-    t0 = time.perf_counter()
+    load, t0 = os.getloadavg()[0], time.perf_counter()
     results = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - t0
     outputs = [list(r.outputs[0].token_ids) for r in results]
     generated = sum(len(o) for o in outputs)
     record: dict[str, Any] = {"outputs": outputs, "seconds": seconds, "load_seconds": load_s,
                               "generated_tokens": generated, "tokens_per_s": generated / seconds if seconds else 0.0,
-                              "vllm_version": vllm.__version__}
+                              "vllm_version": vllm.__version__, "load": [load, os.getloadavg()[0]]}
     if run == "draft":
         record["counters"] = read_counters(llm.get_metrics())
+    if timed:
+        record["steps"] = llm.collective_rpc("step_times")[0]
     return record
 
 
