@@ -203,7 +203,8 @@ def test_vllm_check_user_errors_are_one_line(smollm2, tmp_path, capsys, monkeypa
 
     assert "no such file or folder" in one_line_error(capsys, ["vllm-check", "--draft", str(tmp_path / "nothing")])
     (tmp_path / "empty").mkdir()
-    assert "no config.json" in one_line_error(capsys, ["vllm-check", "--draft", str(tmp_path / "empty")])
+    assert "no config.json" in one_line_error(capsys, ["vllm-check", "--draft", str(tmp_path / "empty"), "--prompt",
+                                                       "Hi"])
     draft = save_config(build_config(verifier="smollm2", ttt_steps=2, device="cpu"), tmp_path / "draft")
     monkeypatch.setenv(VENV_VAR, str(tmp_path / "no-env"))
     err = one_line_error(capsys, ["vllm-check", "--draft", str(draft), "--data", str(tmp_path)])

@@ -150,14 +150,82 @@ def test_resuming_a_mid_epoch_checkpoint_with_another_world_size_is_named(preemp
 
 
 @pytest.mark.catalogue("trainer-save-path-finished")
-def test_a_rerun_into_a_finished_run_trains_nothing_and_is_named(one_process, run_yaml, tmp_path):
-    save = tmp_path / "again"
-    shutil.copytree(one_process.out, save, symlinks=True)
-    config = resolved(run_yaml, flags_for(run_yaml, STEPS, 0))
-    assert "save_path_finished" in checks(rehearsal_checks.before(config, 1, save / "checkpoints"))
-    again = rehearse(run_yaml, save, steps=STEPS, resume=True, progress=False)
+def test_a_rerun_into_a_finished_run_trains_nothing_and_is_named(preempted, run_yaml, tmp_path):
+    """The uninterrupted 2-rank run took all 5 batches of its epoch: a rerun there trains 0 steps and exits 0."""
+    save = shutil.copytree(preempted.uninterrupted.out, tmp_path / "again", symlinks=True)
+    config = resolved(run_yaml, {**flags_for(run_yaml, 5, 0), "fsdp_shard": True})
+    assert checks(rehearsal_checks.before(config, 2, save / "checkpoints")) == {"save_path_finished"}
+    again = rehearse(run_yaml, save, ranks=2, fsdp=True, steps=5, resume=True, progress=False)
     assert again.ok and again.metrics().empty and checks(rehearsal_checks.after(again)) == {"no_steps"}
-    assert rehearsal_checks.before(config, 1, tmp_path / "empty") == []  # a fresh save path: nothing to say
+    assert rehearsal_checks.before(config, 2, tmp_path / "empty") == []  # a fresh save path: nothing to say
+
+
+@pytest.mark.catalogue("trainer-epoch-cut-by-max-steps")
+def test_an_epoch_cut_by_max_steps_is_saved_as_finished_and_named(one_process, run_yaml):
+    """3 steps of a 10-batch epoch: speculators saves it as end-of-epoch, so a rerun never trains batches 4-10."""
+    import json
+
+    state = json.loads((one_process.save_path / "0" / "training_state.json").read_text())
+    assert state == {"epoch": 0, "local_step": 0, "global_step": STEPS}
+    config = resolved(run_yaml, flags_for(run_yaml, STEPS, 0))
+    found = rehearsal_checks.before(config, 1, one_process.save_path)
+    assert checks(found) == {"epoch_cut_by_max_steps"} and "after 3 of its 10 batches" in found[0].what
+
+
+@pytest.mark.catalogue("trainer-checkpoint-incomplete")
+def test_an_incomplete_newest_checkpoint_is_named_before_the_rerun(one_process, run_yaml, tmp_path):
+    save = shutil.copytree(one_process.save_path, tmp_path / "checkpoints", symlinks=True)
+    config = resolved(run_yaml, {**flags_for(run_yaml, STEPS, 0), "epochs": 3})
+    assert "checkpoint_incomplete" not in checks(rehearsal_checks.before(config, 1, save))
+    (save / "1").mkdir()  # a save that died before writing its files (or a stray folder)
+    assert "checkpoint_incomplete" in checks(rehearsal_checks.before(config, 1, save))
+
+
+@pytest.mark.catalogue("trainer-resume-changed-run")
+def test_resuming_a_save_path_with_another_optimizer_or_fsdp_setting_is_an_error(one_process, run_yaml):
+    base = flags_for(run_yaml, STEPS, 0)
+    same = checks(rehearsal_checks.before(resolved(run_yaml, base), 1, one_process.save_path))
+    assert not same & {"resume_changed_run", "save_path_other_run"}
+    for change in ({"fsdp_shard": True}, {"optimizer": "muon"}):
+        found = rehearsal_checks.before(resolved(run_yaml, {**base, **change}), 2, one_process.save_path)
+        assert "resume_changed_run" in checks(found), (change, found)
+    lr = rehearsal_checks.before(resolved(run_yaml, {**base, "lr": 2e-3}), 1, one_process.save_path)
+    assert "save_path_other_run" in checks(lr) and "resume_changed_run" not in checks(lr)
+
+
+@pytest.mark.catalogue("trainer-hidden-state-count")
+def test_data_with_another_number_of_hidden_states_than_the_draft_reads_is_named(run_yaml):
+    base = flags_for(run_yaml, STEPS, 0)
+    assert "hidden_state_count" not in checks(rehearsal_checks.before(resolved(run_yaml, base), 1))
+    found = rehearsal_checks.before(resolved(run_yaml, {**base, "target_layer_ids": [2, 4]}), 1)
+    assert "hidden_state_count" in checks(found)
+
+
+@pytest.mark.catalogue("trainer-validation-empty")
+def test_a_validation_split_smaller_than_the_ranks_is_named(run_yaml):
+    base = flags_for(run_yaml, STEPS, 0)
+    assert "validation_empty" not in checks(rehearsal_checks.before(resolved(run_yaml, base), 2))
+    found = rehearsal_checks.before(resolved(run_yaml, {**base, "train_data_ratio": 0.95}), 2)
+    assert "validation_empty" in checks(found)
+
+
+@pytest.mark.catalogue("trainer-nan-hidden-states")
+def test_a_nan_in_a_stored_hidden_state_trains_on_with_nan_and_is_named(run_yaml, tiny_data, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from eagle3kit.train.launch import validate_yaml
+
+    holed = shutil.copytree(tiny_data, tmp_path / "data")
+    path = holed / "hidden_states" / "hs_3.safetensors"
+    tensors = load_file(str(path))
+    tensors["hidden_states"].view(-1)[7] = float("nan")
+    save_file(tensors, str(path))
+    moved = tmp_path / "run.yaml"
+    moved.write_text(run_yaml.read_text().replace(str(validate_yaml(run_yaml).data.data_path), str(holed)))
+    run = rehearse(moved, tmp_path / "run", steps=8, progress=False)
+    found = rehearsal_checks.after(run)
+    assert run.ok and checks(found) == {"loss_not_finite"}, run.log_tail()  # exit 0: speculators trains on
+    assert 1 < int(found[0].what.split("step ")[1].split()[0]) <= 8
 
 
 @pytest.mark.catalogue("trainer-max-steps-epochs")
