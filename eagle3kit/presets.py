@@ -45,7 +45,8 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "05": {
         "ci": {"n_conversations": 8, "seq_length": 192, "draft_vocab_size": 2048, "total_seq_len": 384,
                "max_steps": 40, "warm_start_layer": -1,
-               "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64},
+               "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
+               "rehearse_ranks": 2, "rehearse_steps": 3},
         # demo training budget, shared with 06 (which resumes this session): 120 steps here + 120 in 06 = the 240-step
         # LR schedule, 1024 tokens a step, bf16 autocast where the CPU has it ("native"; ~0.9 s a step on a 2-core
         # AVX512-BF16 EPYC, ~1.4x float32; 3-5 s a step in float32 on an AVX2-only one). 100 steps reached tau 1.11,
@@ -53,7 +54,8 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         # The draft starts from the verifier's last layer (eagle3kit.draft.warm_start; bench/warm_start.py measures it).
         "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 2048,
                  "lr": 2e-3, "max_steps": 240, "warm_start_layer": -1, "hidden_states_dtype": "native",
-                 "first_steps": 3, "run_steps": 117, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64},
+                 "first_steps": 3, "run_steps": 117, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
+                 "rehearse_ranks": 2, "rehearse_steps": 8},
     },
     "06": {
         "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_conversations": 8,

@@ -94,6 +94,7 @@ RULES: dict[str, Rule] = {
     "warm_start_layer": Rule(int, none=True, note="-1: the verifier's last layer; none: random init"),
     "n_gpus": _at_least(1),
     "ranks": _at_least(1, "data-parallel ranks (processes) the run is trained as"),
+    "rehearse_ranks": _at_least(0, "processes of speculators' trainer under torchrun; 0: skip the rehearsal"),
     # data (build_dataset, regenerate)
     "n_conversations": _at_least(1),
     "seq_length": _at_least(2, "tokens per conversation"),
@@ -122,7 +123,7 @@ RULES: dict[str, Rule] = {
 }
 ALIASES = {"seq_len": "total_seq_len", "long_seq_len": "total_seq_len", "check_seq_len": "total_seq_len",
            "gpus": "n_gpus", "probe_timeout": "timeout", "regenerate_prompt_tokens": "max_prompt_tokens",
-           "overfit_reply_tokens": "reply_tokens"}
+           "overfit_reply_tokens": "reply_tokens", "rehearse_steps": "steps"}
 
 
 def rule_for(name: str) -> Rule | None:

@@ -41,6 +41,8 @@ warm_start_layer = None     # None: speculators' random init; N / -1: start the 
 first_steps = 2             # steps taken one by one
 run_steps = 3               # steps taken by Run N
 n_gpus = 8                  # for the scale-out command
+rehearse_ranks = 2          # speculators' own trainer run here under torchrun with this many ranks (0: skip it)
+rehearse_steps = 3          # its steps (within one epoch)
 overfit_steps = 40          # the overfit check: steps on one conversation (0: skip it)
 overfit_reply_tokens = 64   # the overfit check: length of the verifier's reply it memorises
 seed = 0
@@ -217,6 +219,40 @@ print(f"{int(table['equal'].sum())} of {len(table)} config.json fields equal")
 display(table[~table["equal"]] if not table["equal"].all() else table.head(12))
 
 # %% [markdown]
+# ### Rehearse it here: speculators' own trainer, on this CPU, under torchrun
+#
+# The dry run stops before the trainer does anything. `eagle3kit rehearse` runs speculators' own `speculators.train`
+# (its `main`, `Trainer`, data loaders, sampler, checkpointer, unchanged) on the very YAML above, here, with
+# `rehearse_ranks` processes under `torchrun` (gloo). speculators picks its device through `torch.accelerator`; on a
+# machine without one, `eagle3kit.train.rehearsal.cpu` presents the CPU as its accelerator, piece by piece (each
+# piece says what in speculators needs it). What a CPU cannot train (flex attention's backward, the Triton loss,
+# bf16 compared exactly) is passed as flags, never edited into the YAML, and listed. Then `TrainSession` trains the
+# run speculators resolved, as `rehearse_ranks` data-parallel ranks (one sampler per rank, gradients averaged), and
+# the two loss curves are drawn on each other. The doctor reads the run's records and log: a failure is one line.
+
+# %%
+from eagle3kit.doctor.findings import to_frame
+from eagle3kit.doctor.rehearsal_checks import after
+from eagle3kit.train.rehearsal import compare
+from eagle3kit.train.rehearsal.plots import plot_side_by_side
+from eagle3kit.train.rehearsal.run import overrides_table, rehearse
+
+rehearsal, side = None, None
+if rehearse_ranks:
+    rehearsal = rehearse(plan.yaml_path, workdir / "rehearsal_05", ranks=rehearse_ranks, steps=rehearse_steps)
+    print(f"ran in {rehearsal.seconds:.0f}s (exit {rehearsal.returncode}):", " ".join(rehearsal.command))
+    display(overrides_table(plan.yaml_path, rehearsal.overrides))
+    found = after(rehearsal)
+    display(to_frame(found) if found else "the doctor found nothing in the trainer's records and log")
+    if rehearsal.ok:
+        side = compare.side_by_side(rehearsal)
+        print("speculators' trainer vs TrainSession:", compare.summary(side))
+        display(plot_side_by_side(side, f"speculators' trainer on {rehearse_ranks} rank(s) and TrainSession"))
+        print("speculators' checkpoint:", rehearsal.checkpoint(), "(eagle3kit doctor --draft opens it)")
+else:
+    print("skipped: rehearse_ranks = 0")
+
+# %% [markdown]
 # ## Before a long run: can the draft overfit one conversation?
 #
 # A check SpecForge recommends before spending GPU hours: train a fresh draft for a few dozen steps on **one**
@@ -258,6 +294,8 @@ last = session.history[-1]
 record_summary(workdir, "05", steps=session.global_step, loss=round(last["loss"], 4),
                full_acc_0=round(last["full_acc_0"], 4), tokens_per_s=round(last["tokens_per_s"]),
                resume_bit_exact=match.identical, dry_run_fields_equal=bool(table["equal"].all()),
+               rehearsal_ok=None if rehearsal is None else rehearsal.ok,
+               rehearsal_max_abs_loss_diff=None if side is None else float(side["abs_diff"].max()),
                overfit_tau=None if check_overfit is None else round(check_overfit.tau, 3),
                overfit_steps=None if check_overfit is None else check_overfit.steps,
                overfit_passed=None if check_overfit is None else check_overfit.passed)

@@ -28,6 +28,7 @@ except vllm_env.VllmError as e:
 
 needs_vllm = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(bool(NO_VLLM), reason=NO_VLLM)]
 N_PROMPTS, NEW_TOKENS, K = 4, 32, 3
+EPOCHS = 5  # of the trained draft's run: 11 packed batches an epoch
 
 
 def vllm_test(fn):
@@ -87,41 +88,61 @@ def test_export_loads_in_vllm_and_is_lossless(untrained, smollm2, capsys, monkey
 
 
 @vllm_test
-def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path):
-    """A tiny-budget draft (SmolLM2, 24 conversations, 2048-token draft vocab, warm start, 50 steps): vLLM accepts
-    some of its tokens, its τ is close to eagle3kit's own decode loop on the same prompts, the output is unchanged."""
+def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys):
+    """A tiny-budget draft trained by speculators' own trainer (`eagle3kit rehearse`: SmolLM2, 24 conversations,
+    2048-token draft vocab, warm start, 5 epochs of 11 steps) on the YAML `eagle3kit launch` wrote: TrainSession on the
+    same run ends with the same weights (its bf16 export is speculators' checkpoint, tensor for tensor) and so the same
+    τ; the doctor calls the checkpoint sound; vLLM accepts some of its tokens, its τ is close to eagle3kit's own decode
+    loop on the same prompts, the output is unchanged."""
+    from eagle3kit.cli import main
     from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.loader import held_out_conversations
-    from eagle3kit.draft.config import DraftSpec
     from eagle3kit.evaluate import speed
+    from eagle3kit.evaluate.export import reload
     from eagle3kit.evaluate.vllm import compare as vllm_compare
     from eagle3kit.evaluate.acceptance import chat_prompts, continuations, decode, simulate
-    from eagle3kit.train.session import TrainSession
+    from eagle3kit.train.rehearsal import compare
+    from eagle3kit.train.rehearsal.run import rehearse
     from eagle3kit.verifier import load_model, load_tokenizer
 
     data = tmp_path / "data"
     build_dataset("smollm2", data, n_conversations=24, seq_length=256, held_out=N_PROMPTS,
                   draft_vocab_size=2048, progress=False)
-    session = TrainSession(data, DraftSpec(verifier="smollm2", draft_vocab_size=2048, device="cpu", ttt_steps=K),
-                           progress=False, total_seq_len=512, lr=2e-3, max_steps=60, warmup_steps=0,
-                           warm_start_layer=-1)
-    session.run(50)
-    draft_dir = session.export(tmp_path / "draft")
+    assert main(["launch", "--data", data, "--out", tmp_path / "launch", "--gpus", 1, "--total-seq-len", 512,
+                 "--lr", 2e-3, "--epochs", EPOCHS, "--warmup-steps", 0, "--warm-start-layer", -1, "--attn", "sdpa",
+                 "--loss-implementation", "eager", "--hidden-states-dtype", "float32"]) == 0
+    run = rehearse(tmp_path / "launch" / "run.yaml", tmp_path / "rehearsal", steps=None,
+                   extra={"checkpoint_freq": EPOCHS}, progress=False)
+    assert run.ok, run.log_tail()
+    session = compare.session_for(run)
+    session.run(len(run.metrics()))
+    table = compare.side_by_side(run, session)
+    exported = session.export(tmp_path / "session", dtype="bfloat16")
+    weights = compare.weights(exported, run.checkpoint())
+    capsys.readouterr()
+    assert main(["doctor", "--draft", run.checkpoint(), "--data", data, "--long"]) == 0
+    assert "[ERROR]" not in (doctored := capsys.readouterr().out) and "[WARNING]" not in doctored, doctored
+    print(f"speculators' trainer vs TrainSession, SmolLM2, {len(run.metrics())} steps: {compare.summary(table)}; "
+          f"weights {weights}")
+    assert compare.summary(table)["within"] and weights.equal
+    draft_dir = run.checkpoint()
     prompts = chat_prompts(load_tokenizer(smollm2), held_out_conversations(data), N_PROMPTS, 64)
     check = serve.check_draft(draft_dir, smollm2.path, [p[0].tolist() for p in prompts], NEW_TOKENS, K)
     assert check.tau > 1.0 and check.accepted > 0
     assert check.lossless == len(prompts)
 
-    model, draft = load_model(smollm2), session.model.eval()
+    model, draft = load_model(smollm2), reload(draft_dir)
     conts = continuations(model, prompts, NEW_TOKENS, progress=False)
     sim = simulate(model, draft, prompts, conts, K, progress=False)
+    assert simulate(model, reload(exported), prompts, conts, K, progress=False).tau == sim.tau  # same weights, same τ
     loop = decode(model, draft, prompts, conts, K, progress=False, baseline=True)
     same = vllm_compare.same_as_greedy(check, conts)
     table = vllm_compare.comparison_table(check, sim, loop, conts)
     assert table.iloc[0].tolist() == [round(check.tau, 3), round(loop.tau, 3), round(sim.tau, 3)]
     print(table.to_string())
-    print(f"vLLM check (trained, 50 steps): {check.summary()}; eagle3kit tau sim {sim.tau:.3f}, "
-          f"decode loop {loop.tau:.3f}; vLLM == eagle3kit greedy on {same}/{len(prompts)}")
+    print(f"vLLM check (speculators' trainer, {len(run.metrics())} steps): {check.summary()}; "
+          f"eagle3kit tau sim {sim.tau:.3f}, decode loop {loop.tau:.3f}; "
+          f"vLLM == eagle3kit greedy on {same}/{len(prompts)}")
     assert abs(check.tau - loop.tau) <= 0.05  # the issue's target (measured: 1.059 vs 1.051)
     assert check.drafts > 0 and len(check.accepted_per_pos) == K and all(0 <= a <= 1 for a in check.acceptance_per_pos)
     assert check.tokens_per_s["draft"] > 0 and check.tokens_per_s["plain"] > 0 and check.vllm_version == "0.32.0"
