@@ -20,8 +20,9 @@ env: $(STAMP)
 demo: $(STAMP) vllm
 	$(BIN)/eagle3kit run-notebooks --preset demo --out $(OUT)
 
+# -n 2: two pytest workers, whole files each (module fixtures stay shared); tests/conftest.py splits the cores.
 test: $(STAMP) browser vllm
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # Debian's chromium for the browser test (no browser download); skipped when it is already there.
 browser:

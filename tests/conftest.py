@@ -1,4 +1,8 @@
-"""Shared fixtures: real verifiers (tiny random Llama, SmolLM2 converted from its GGUF) and a small thread count."""
+"""Shared fixtures: real verifiers (tiny random Llama, SmolLM2 converted from its GGUF) and a small thread count.
+
+Under pytest-xdist (``make test`` runs ``-n 2``) the cores are shared out between the workers, for torch here and,
+through ``OMP_NUM_THREADS``, for the processes the tests start (trainers, notebook kernels): two workers that each
+spin two threads on two cores are slower than one."""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ import os
 
 # Tests never download: a hub id fails at once instead of after network retries.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+THREADS = max(1, min(2, os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -14,7 +21,7 @@ from eagle3kit.data.dataset import build_dataset  # noqa: E402
 from eagle3kit.doctor.versions import fused_loss_compiles  # noqa: E402
 from eagle3kit.verifier import resolve  # noqa: E402
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+torch.set_num_threads(THREADS)
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,6 @@ records are read back per TTT step and compared, and the trainer itself runs on 
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 
 import pytest
 import torch
@@ -14,7 +12,7 @@ from conftest import TINY_DATA_SEQ as SEQ
 from eagle3kit.cli import main
 from eagle3kit.errors import UserError
 from eagle3kit.train import handoff
-from eagle3kit.train.launch import LaunchPlan, dry_run, validate_yaml
+from eagle3kit.train.launch import validate_yaml
 from eagle3kit.train.session import TrainSession, TrainSettings
 
 STEPS = 3
@@ -55,56 +53,6 @@ def test_a_yaml_the_session_cannot_reproduce_is_refused(tiny_data, tmp_path, cap
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(UserError, match=key):
         handoff.session_settings(validate_yaml(path))
-
-
-def _log_like_speculators_trainer(records: list[dict]) -> None:
-    """What speculators' Trainer.train_epoch logs after each step (its message shape, its logger)."""
-    logger = logging.getLogger(handoff.METRICS_LOGGER)
-    for r in records:
-        train = {k: v for k, v in r.items() if k.split("_")[0] in ("loss", "full", "cond")}
-        logger.info({"train": train, "profile": None, "epoch": r["epoch"], "lr": {"AdamW": r["lr"]},
-                     "global_step": r["step"] - 1}, extra={"step": r["step"] - 1})
-
-
-def test_trainer_records_are_read_back_and_compared_per_ttt_step(tiny_data, tmp_path):
-    session = TrainSession(tiny_data, progress=False, total_seq_len=SEQ, max_steps=STEPS, warmup_steps=0)
-    records = session.run(STEPS)
-    path = tmp_path / "metrics.jsonl"
-    handler = handoff.MetricsFile(path)
-    logger = logging.getLogger(handoff.METRICS_LOGGER)
-    level = logger.level
-    logging.getLogger().addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        _log_like_speculators_trainer(records)
-        logging.getLogger(handoff.METRICS_LOGGER).info({"hparams": "not a step"})  # the run config: skipped
-    finally:
-        logging.getLogger().removeHandler(handler)
-        logger.setLevel(level)
-    theirs = handoff.read_metrics(path)
-    assert list(theirs["step"]) == [1, 2, 3] and list(theirs["lr"]) == [r["lr"] for r in records]
-    same = handoff.side_by_side(theirs, session.history_frame(), session.ttt_steps, rel=0.0, abs_tol=0.0)
-    assert len(same) == STEPS * session.ttt_steps and same["within"].all()
-    other = TrainSession(tiny_data, progress=False, total_seq_len=SEQ, max_steps=STEPS, warmup_steps=0, seed=1)
-    other.run(STEPS)
-    differ = handoff.side_by_side(theirs, other.history_frame(), session.ttt_steps, rel=1e-3, abs_tol=1e-4)
-    assert not differ["within"].all()
-    with pytest.raises(ValueError, match="loss_3"):
-        handoff.per_ttt_step(theirs, session.ttt_steps + 1)
-
-
-def test_the_seed_gives_the_draft_speculators_builds(tiny_data, tmp_path, capsys):
-    """speculators train --dry-run seeds and saves its draft (CPU): the session with the YAML's seed starts from it."""
-    path = launch(tiny_data, tmp_path, "--seed", "3")
-    config = validate_yaml(path)
-    plan = LaunchPlan(config, path, 1, False)
-    saved = dry_run(plan, tmp_path / "dry_run") / "model.safetensors"
-    settings = {**handoff.session_settings(config), "hidden_states_dtype": "float32", "loss_implementation": "eager"}
-    spec = dataclasses.replace(handoff.session_draft(config, "cpu"), attn_implementation="sdpa")
-    same = handoff.initial_weights(TrainSession(tiny_data, spec, progress=False, **settings).model, saved)
-    assert same["equal"] and same["tensors"] >= 10 and same["dtype"] == "torch.bfloat16"
-    other = TrainSession(tiny_data, spec, progress=False, **{**settings, "seed": 4}).model
-    assert not handoff.initial_weights(other, saved)["equal"]
 
 
 def test_no_checkpoint_is_a_clear_error(tmp_path):

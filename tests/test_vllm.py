@@ -68,33 +68,13 @@ def untrained(smollm2, tmp_path_factory):
 
 # ----------------------------------------------------------------------------------------------- in vLLM
 @vllm_test
-def test_export_loads_in_vllm_and_is_lossless(untrained, smollm2, capsys, monkeypatch):
-    """`eagle3kit vllm-check` as a user types it: vLLM loads the untrained export, accepts nothing (τ = 1) and its
-    output with the draft equals its output without it (the command exits 1 otherwise); eagle3kit's simulated τ on
-    the same prompts and lengths is printed beside vLLM's."""
-    argv = ["vllm-check", "--draft", untrained, "--verifier", smollm2.path, "--max-new-tokens", NEW_TOKENS, "--k", K]
-    for text in PROMPTS[:N_PROMPTS]:
-        argv += ["--prompt", text]
-    monkeypatch.setenv("COLUMNS", "400")  # one line per table row
-    capsys.readouterr()
-    code = main(argv)
-    out = capsys.readouterr().out
-    print(out)
-    assert code == 0 and f"{N_PROMPTS}/{N_PROMPTS}" in out and "acceptance at draft position 3" in out
-    assert "1.000 (at most k + 1 = 4)" in out and "0.32.0" in out
-    side = out[out.index("eagle3kit beside vLLM"):]  # eagle3kit's simulated τ for the same prompts and lengths
-    assert "eagle3kit simulated" in side and "τ (tokens per verifier step)" in side
-    assert "vllm serve" in out and "--speculative-config" in out
-
-
-@vllm_test
-def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys):
+def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys, monkeypatch):
     """A tiny-budget draft trained by speculators' own trainer (`eagle3kit rehearse`: SmolLM2, 24 conversations,
     2048-token draft vocab, warm start, 5 epochs of 11 steps) on the YAML `eagle3kit launch` wrote: TrainSession on the
     same run ends with the same weights (its bf16 export is speculators' checkpoint, tensor for tensor) and so the same
     τ; the doctor calls the checkpoint sound; vLLM accepts some of its tokens, its τ is close to eagle3kit's own decode
-    loop on the same prompts, the output is unchanged."""
-    from eagle3kit.cli import main
+    loop on the same prompts, the output is unchanged. vLLM runs once, through `eagle3kit vllm-check` as a user types
+    it (its --json gives the raw check to the assertions below)."""
     from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.loader import held_out_conversations
     from eagle3kit.evaluate import speed
@@ -127,7 +107,18 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys):
     assert compare.summary(table)["within"] and weights.equal
     draft_dir = run.checkpoint()
     prompts = chat_prompts(load_tokenizer(smollm2), held_out_conversations(data), N_PROMPTS, 64)
-    check = serve.check_draft(draft_dir, smollm2.path, [p[0].tolist() for p in prompts], NEW_TOKENS, K)
+    monkeypatch.setenv("COLUMNS", "400")  # one line per table row
+    capsys.readouterr()
+    code = main(["vllm-check", "--draft", draft_dir, "--data", data, "--n-prompts", N_PROMPTS, "--max-prompt-tokens",
+                 64, "--max-new-tokens", NEW_TOKENS, "--k", K, "--json", tmp_path / "check.json"])
+    out = capsys.readouterr().out
+    print(out)
+    assert code == 0 and f"{N_PROMPTS}/{N_PROMPTS}" in out and "acceptance at draft position 3" in out
+    assert "(at most k + 1 = 4)" in out and "0.32.0" in out
+    side = out[out.index("eagle3kit beside vLLM"):]  # eagle3kit's simulated τ for the same prompts and lengths
+    assert "eagle3kit simulated" in side and "τ (tokens per verifier step)" in side
+    assert "vllm serve" in out and "--speculative-config" in out
+    check = serve.VllmCheck(**json.loads((tmp_path / "check.json").read_text()))
     assert check.tau > 1.0 and check.accepted > 0
     assert check.lossless == len(prompts)
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 
 from eagle3kit.cli.args import signature_options
@@ -140,6 +142,8 @@ def vllm_check_options(p: argparse.ArgumentParser) -> None:
                    "the draft's config)")
     _measure_options(p)
     signature_options(p, check_draft, {"timeout": "seconds before vLLM is stopped"})
+    p.add_argument("--json", default=None, metavar="FILE", dest="json_path",
+                   help="also write the check's raw result (vLLM's counters, both runs' tokens, step times) as JSON")
 
 
 def cmd_vllm_check(args: argparse.Namespace) -> int:
@@ -152,6 +156,7 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
     from eagle3kit.evaluate.vllm import serve
     from eagle3kit.evaluate.vllm.compare import comparison_table, speed_rows
     from eagle3kit.evaluate.vllm.env import VllmError, vllm_python
+    from eagle3kit.atomic import write_text
     from eagle3kit.tables import format_table
     from eagle3kit.verifier import load_model, load_tokenizer
 
@@ -167,6 +172,8 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
         print(f"eagle3kit: {exc}", file=sys.stderr)
         return 1
     print(format_table(check.table()))
+    if args.json_path:
+        write_text(args.json_path, json.dumps(dataclasses.asdict(check)))
     torch.set_num_threads(min(2, torch.get_num_threads()))
     model = load_model(str(verifier))
     conts = ev.continuations(model, prompts, args.max_new_tokens, tok.eos_token_id, progress=False)

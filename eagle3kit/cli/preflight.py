@@ -16,7 +16,7 @@ from eagle3kit.outputs import OutputError, check_output
 
 # options that name a place the command writes (dest -> a folder (True) or a file (False)), and that name inputs
 OUTPUTS: dict[str, bool] = {"out": True, "out_dir": True, "save": True, "export": True, "path": True, "workdir": True,
-                            "out_path": False, "plot": False}
+                            "out_path": False, "plot": False, "json_path": False}
 INPUTS: dict[str, str] = {  # dest -> how to make what it names
     "data": "make a data directory with `eagle3kit data --out DIR`",
     "source": "pass a JSONL file of conversations, or leave it out for ShareGPT V3",
