@@ -70,7 +70,7 @@ def main() -> None:
         taus = {k: ev.simulate(model, reload(d), prompts, conts, session.ttt_steps, progress=False).tau
                 for k, d in (("speculators", run.checkpoint()), ("session", exported))}
         rows.append({"run": name, "steps": summary["steps"],
-                     **{f"max |Δloss| TTT {k}": v for k, v in summary["max_abs_diff"].items()},
+                     **{f"max abs Δloss, TTT {k}": v for k, v in summary["max_abs_diff"].items()},
                      "within tolerance": summary["within"], "weights equal": compare.weights(exported,
                                                                                              run.checkpoint()).equal,
                      "τ speculators": round(taus["speculators"], 4), "τ session": round(taus["session"], 4),
