@@ -169,7 +169,6 @@ def make_tiny(target: Path | None = None, seed: int = 0, num_layers: int = 8, hi
     target = target or cache_dir() / "verifiers" / TINY_DIRNAME
     if _complete(target) and (target / "tokenizer_config.json").exists():
         return target
-    import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(str(convert_smollm2_tokenizer()))
@@ -180,13 +179,7 @@ def make_tiny(target: Path | None = None, seed: int = 0, num_layers: int = 8, hi
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    with atomic_dir(target) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "eagle3kit.json").write_text(json.dumps({"kind": "tiny", "seed": seed}))
-    return target
+    return _save_random(LlamaForCausalLM, config, tokenizer, target, "tiny", seed)
 
 
 def make_tiny_qwen3(target: Path | None = None, seed: int = 0, num_layers: int = 8, hidden_size: int = 64) -> Path:
@@ -195,7 +188,6 @@ def make_tiny_qwen3(target: Path | None = None, seed: int = 0, num_layers: int =
     target = target or cache_dir() / "verifiers" / TINY_QWEN3_DIRNAME
     if _complete(target) and (target / "tokenizer_config.json").exists():
         return target
-    import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(str(asset_file(*QWEN3_TOKENIZER).parent))
@@ -205,12 +197,19 @@ def make_tiny_qwen3(target: Path | None = None, seed: int = 0, num_layers: int =
         max_position_embeddings=8192, rms_norm_eps=1e-6, tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
+    return _save_random(Qwen3ForCausalLM, config, tokenizer, target, "tiny-qwen3", seed)
+
+
+def _save_random(model_class, config, tokenizer, target: Path, kind: str, seed: int) -> Path:
+    """A randomly initialised (``seed``) verifier of ``model_class`` and its tokenizer, written atomically."""
+    import torch
+
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
+    model = model_class(config)
     with atomic_dir(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / "eagle3kit.json").write_text(json.dumps({"kind": "tiny-qwen3", "seed": seed}))
+        (tmp / "eagle3kit.json").write_text(json.dumps({"kind": kind, "seed": seed}))
     return target
 
 
