@@ -7,7 +7,8 @@ Each subcommand is a thin wrapper over a library function; a stage's commands li
 ``args``      options built from typed fields and signatures, the parser that prints one-line errors
 ``preflight`` every option checked before a command starts: values by their rule, inputs, output places
 ``draft``     ``config``, ``doctor``, ``probe``, ``masks`` (notebooks 01-03)
-``train``     ``regenerate``, ``data``, ``train``, ``overfit``, ``launch``, ``rehearse``, ``plan`` (04-05)
+``train``     ``regenerate``, ``data``, ``train``, ``overfit``, ``launch`` (04-05)
+``handoff``   ``rehearse``, ``plan``: the GPU run before it starts
 ``evaluate``  ``evaluate``, ``install-vllm``, ``vllm-check`` (06)
 ``__main__``  ``python -m eagle3kit.cli``
 
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from eagle3kit.cli import args as cli_args
 from eagle3kit.cli import draft as cli_draft
 from eagle3kit.cli import evaluate as cli_evaluate
+from eagle3kit.cli import handoff as cli_handoff
 from eagle3kit.cli import preflight as cli_preflight
 from eagle3kit.cli import train as cli_train
 from eagle3kit.errors import is_user_error
@@ -75,8 +77,8 @@ COMMANDS: tuple[tuple[str, Handler, Callable[[argparse.ArgumentParser], None]], 
     ("train", cli_train.cmd_train, cli_train.train_options),
     ("overfit", cli_train.cmd_overfit, cli_train.overfit_options),
     ("launch", cli_train.cmd_launch, cli_train.launch_options),
-    ("rehearse", cli_train.cmd_rehearse, cli_train.rehearse_options),
-    ("plan", cli_train.cmd_plan, cli_train.plan_options),
+    ("rehearse", cli_handoff.cmd_rehearse, cli_handoff.rehearse_options),
+    ("plan", cli_handoff.cmd_plan, cli_handoff.plan_options),
     ("doctor", cli_draft.cmd_doctor, cli_draft.doctor_options),
     ("probe", cli_draft.cmd_probe, cli_draft.probe_options),
     ("evaluate", cli_evaluate.cmd_evaluate, cli_evaluate.evaluate_options),

@@ -1,6 +1,7 @@
 """Stage 05 — training the draft step by step, checkpoints, and the hand-off to speculators' trainer (notebook 05).
 
 ``session``     :class:`TrainSession`: ``step()`` / ``run(n)`` over speculators' model, losses and batches
+``settings``    :class:`TrainSettings`: what defines a run besides the draft and the data, resolved for a device
 ``loop``        the plain training loop ``TrainSession.step`` wraps, written against speculators
 ``batches``     the packed batches at an exact, resumable position
 ``checkpoint``  save / resume (weights, optimizer, scheduler, RNG, data position)

@@ -27,13 +27,13 @@ from tqdm.auto import tqdm
 from eagle3kit import validate
 from eagle3kit.data.directory import DataDir
 from eagle3kit.data.vocab import build_for_data
-from eagle3kit.device import native_dtype, warn_if_bf16_emulated
 from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps, spec_from_saved
 from eagle3kit.draft.model import save_draft
 from eagle3kit.errors import UserError
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
 from eagle3kit.train.loop import make_optimizers, make_schedulers, optimizer_args
+from eagle3kit.train.settings import TrainSettings
 
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
 
@@ -44,45 +44,6 @@ class RunComplete(UserError):
 
 class TrainingDiverged(UserError):
     """The loss (or the gradient) stopped being finite; the weights were left at the last good step."""
-
-
-@dataclasses.dataclass
-class TrainSettings:
-    """Everything besides the draft and the data that defines a run (speculators' names and defaults where they
-    have one; ``total_seq_len`` and ``seed`` differ: 8192 and 42 in ``speculators train``)."""
-
-    lr: float = 1e-3
-    total_seq_len: int = 1024
-    seed: int = 0
-    weight_decay: float = 0.01
-    optimizer: str = "adamw"  # or "muon": Muon on the 2D weights, AdamW on the rest, as speculators trains
-    muon_lr: float | None = None  # the Muon group's LR; None: lr (as speculators train)
-    epochs: int = 20
-    max_steps: int | None = None  # also the LR schedule's horizon, as in speculators
-    scheduler_type: str = "linear"  # "linear" | "cosine" | "none"
-    warmup_steps: int | None = None  # None: 1% of the schedule's horizon
-    loss_fn: str = "kl_div"
-    ttt_step_loss_decay: float = 1.0
-    train_data_ratio: float = 0.9
-    # "auto": float32 on CPU (exact), bf16 on CUDA; "native": bf16 autocast where the hardware has it (native_bf16)
-    hidden_states_dtype: str = "auto"
-    loss_implementation: str = "auto"  # "auto": eager on CPU (Triton-free), fused on CUDA
-    # None: speculators' random init. N: start the draft layer, fc and norm from verifier decoder layer N (-1: the
-    # last); see eagle3kit.draft.warm_start. Applies to a new run (a resumed one loads its checkpoint).
-    warm_start_layer: int | None = None
-    # Data-parallel ranks the run is trained as: each step draws one batch per rank (each rank's sampler) and
-    # averages their gradients, as DDP / FSDP do for `torchrun --nproc_per_node=ranks -m speculators.train`.
-    ranks: int = 1
-
-    def resolved(self, device: str) -> TrainSettings:
-        cpu = not device.startswith("cuda")
-        dtype = {"auto": "float32" if cpu else "bfloat16", "native": native_dtype(device)}.get(
-            self.hidden_states_dtype, self.hidden_states_dtype)
-        impl = self.loss_implementation if self.loss_implementation != "auto" else ("eager" if cpu else "fused")
-        if cpu and dtype == "bfloat16":  # faster on CPUs with native bf16, not bit-exact; much slower elsewhere
-            warn_if_bf16_emulated("hidden_states_dtype='bfloat16'", "use hidden_states_dtype='auto' (`--hidden-"
-                                  "states-dtype auto`)", "autocast emulates it, many times slower than float32")
-        return dataclasses.replace(self, hidden_states_dtype=dtype, loss_implementation=impl)
 
 
 class TrainSession:
