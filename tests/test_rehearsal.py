@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY_DATA_SEQ as SEQ
 from eagle3kit.cli import main
 from eagle3kit.doctor import rehearsal_checks
-from eagle3kit.train.rehearsal import compare, cpu
+from eagle3kit.train.rehearsal import compare
 from eagle3kit.train.rehearsal.resume import preempt
 from eagle3kit.train.rehearsal.run import flags_for, rehearse, resolved
 from eagle3kit.train.session import TrainSession
@@ -39,13 +39,6 @@ def run_yaml(tiny_data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def one_process(run_yaml, tmp_path_factory):
     return rehearse(run_yaml, tmp_path_factory.mktemp("one"), steps=STEPS, progress=False)
-
-
-def test_the_cpu_is_presented_only_where_there_is_no_accelerator():
-    import torch
-
-    assert cpu.needed() == (not torch.accelerator.is_available())
-    assert len(cpu.PIECES) >= 8 and all(why for why in cpu.PIECES.values())
 
 
 def test_one_process_trains_like_the_session_step_for_step(one_process, tiny_data, tmp_path, capsys):

@@ -92,7 +92,7 @@ def _ended(f: dict, save: Path, epoch: int, state: dict, ranks: int) -> list[Fin
         return []  # a mid-epoch checkpoint: the rerun goes on within that epoch
     from eagle3kit.train.rehearsal.resume import epoch_batches  # lazy: reads the data's lengths
 
-    per_epoch = epoch_batches(_Config(f), ranks) if state and Path(f["data_path"]).is_dir() else None
+    per_epoch = epoch_batches(f, ranks) if state and Path(f["data_path"]).is_dir() else None
     done = state.get("global_step", 0) - epoch * (per_epoch or 0)
     if per_epoch and 0 < done < per_epoch:
         return [Finding(
@@ -161,16 +161,6 @@ def _changed(saved: dict, f: dict, save: Path) -> list[Finding]:
                         "overrides the new lr and warmup); only what it reads later takes effect",
                         "use a new save_path for a changed run", "save_path_other_run")]
     return []
-
-
-class _Config:
-    """A flat dict where :func:`~eagle3kit.train.rehearsal.resume.epoch_batches` wants a ``TrainConfig``."""
-
-    def __init__(self, flat: dict):
-        self._flat = flat
-
-    def flatten(self) -> dict:
-        return self._flat
 
 
 IGNORED = {"save_path", "log_dir", "num_workers", "max_steps", "epochs", "checkpoint_freq"}  # may change on a rerun

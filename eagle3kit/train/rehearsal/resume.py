@@ -52,11 +52,11 @@ class Preemption:
                 "max_abs_loss_diff_vs_session_rounded_at_checkpoint": self.explained_diff}
 
 
-def epoch_batches(config, ranks: int) -> int:
-    """Batches per rank in epoch 0 of a resolved ``TrainConfig`` (what speculators' ``len(train_loader)`` is)."""
+def epoch_batches(f: dict[str, Any], ranks: int) -> int:
+    """Batches per rank in epoch 0 of a run (``f``: its resolved ``TrainConfig``, flattened): what speculators'
+    ``len(train_loader)`` is."""
     from eagle3kit.data.loader import batch_sampler, load_dataset  # lazy: the data layer reads Arrow files
 
-    f = config.flatten()
     dataset = load_dataset(f["data_path"], f["total_seq_len"], train_ratio=f["train_data_ratio"])
     return len(batch_sampler(dataset, f["total_seq_len"], f["seed"], ranks))
 
@@ -80,7 +80,7 @@ def preempt(yaml: str | os.PathLike, out: str | os.PathLike, ranks: int = 2, fsd
         raise UserError(f"checkpoint_step={checkpoint_step}: use a step between 1 and {steps - 2}, so the run is "
                         "killed after a checkpoint and before its end.")
     out = Path(out)
-    every = {"checkpoint_freq": checkpoint_freq(checkpoint_step, epoch_batches(validate_yaml(yaml), ranks))}
+    every = {"checkpoint_freq": checkpoint_freq(checkpoint_step, epoch_batches(validate_yaml(yaml).flatten(), ranks))}
     kw = {"ranks": ranks, "fsdp": fsdp, "steps": steps, **options, "extra": {**options.get("extra", {}), **every}}
     whole = rehearse(yaml, out / "uninterrupted", **kw)
     killed = rehearse(yaml, out / "preempted", preempt_at_step=checkpoint_step + 1, preempt_rank=ranks - 1, **kw)
