@@ -266,7 +266,9 @@ def stage_lines(name: str, stage: dict) -> list[str]:
         w = stage["initial_weights"]
         lines += [f"Initial draft: TrainSession's seeded weights vs `speculators train --dry-run`'s ({w['tensors']} "
                   f"tensors, cast to {w['dtype']}): equal {w['equal']}, max |diff| {w['max_abs_diff']:.3g}", "",
-                  f"speculators train: {'ran' if stage['speculators']['ok'] else stage['speculators']['error'][:300]}",
+                  "speculators train: " + (f"ran ({stage['speculators']['seconds']} s; flags over the YAML: "
+                                           f"{stage['speculators']['overrides']})" if stage['speculators']['ok']
+                                           else stage['speculators'].get('error', '')[:300]),
                   "", f"Loss per TTT step, {s['steps']} steps; TrainSession: {s['attention']}, "
                       f"{s['loss_implementation']} loss, {s['dtype']}"
                   + (f"; within {RTOL:g} rel + {ATOL:g} abs: {stage['side_by_side']['all_within']}"
