@@ -1,8 +1,8 @@
 """Hidden states for a dataset ``speculators prepare-data`` made, written by the verifier on this machine.
 
 speculators fills such a directory with ``speculators generate-offline-data`` against a vLLM server that extracts
-hidden states; on vLLM's CPU build that server starts but cannot write (its connector needs CUDA: README, "Serving in
-vLLM"). :func:`fill_hidden_states` writes the same files with the HF verifier instead:
+hidden states; on vLLM's CPU build that server starts but cannot write (its connector needs CUDA: docs/vllm.md).
+:func:`fill_hidden_states` writes the same files with the HF verifier instead:
 ``hidden_states/hs_{i}.safetensors`` for Arrow row ``i`` (``hidden_states`` [seq, n_aux + 1, hidden]: the aux layers'
 inputs, then the last decoder layer's output before the final norm; ``token_ids``), resumable like ``eagle3kit data``.
 Like speculators' own pipeline it writes no eagle3kit manifest, so the directory stays what speculators'

@@ -1,0 +1,81 @@
+"""The README's "I have GPUs" recipe, run command by command on this CPU with the tiny verifier.
+
+The recipe's variables point at the tiny verifier and this test's folders; the only other changes are in
+:data:`SHRINK` (sizes a 2-core CPU can run in seconds). The two GPU lines are checked against what eagle3kit prints:
+the ``torchrun`` line must be the one ``launch`` printed, and it is then run as speculators' own trainer would run it
+here (``eagle3kit rehearse`` on the same YAML, into the YAML's save path); the ``vllm serve`` line must be the one
+:func:`eagle3kit.evaluate.export.vllm_commands` gives for the checkpoint it names (``tests/test_vllm.py`` serves a
+speculators-trained checkpoint in vLLM's CPU build; the tiny verifier's head_dim 16 has no CPU kernel there).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eagle3kit.cli import main
+from eagle3kit.data.conversations import write_sharegpt_slice
+from eagle3kit.evaluate.export import vllm_commands
+
+REPO = Path(__file__).resolve().parents[1]
+MARKER = "<!-- gpu-recipe -->"
+SHRINK = {"--draft-vocab-size 32000": "--draft-vocab-size 512", "--seq-length 2048": "--seq-length 256",
+          "--samples 50000": "--samples 1000"}
+
+
+def recipe() -> tuple[dict[str, str], list[str]]:
+    """The recipe's variables (name -> value) and its commands, continuation lines joined, comments left out."""
+    text = (REPO / "README.md").read_text().split(MARKER, 1)[1]
+    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1).replace("\\\n", " ")
+    variables: dict[str, str] = {}
+    commands = []
+    for line in block.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if re.fullmatch(r"(\w+=\S+\s*)+", line):
+            variables.update(pair.split("=", 1) for pair in line.split())
+        else:
+            commands.append(" ".join(line.split()))
+    return variables, commands
+
+
+def test_the_recipe_is_short_and_names_each_stage():
+    variables, commands = recipe()
+    assert set(variables) == {"VERIFIER", "DATA", "RUN"}
+    tools = [c.split()[:2] for c in commands]
+    assert tools == [["eagle3kit", "plan"], ["eagle3kit", "data"], ["eagle3kit", "doctor"], ["eagle3kit", "launch"],
+                     ["eagle3kit", "rehearse"], ["torchrun", "--standalone"], ["eagle3kit", "doctor"],
+                     ["vllm", "serve"]]
+    assert len((REPO / "README.md").read_text().splitlines()) <= 120
+
+
+def test_the_gpu_recipe_runs_on_this_cpu(tiny_verifier, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_sharegpt_slice(tmp_path / "chats.jsonl", 24)
+    values = {"VERIFIER": str(tiny_verifier.path), "DATA": str(tmp_path / "data"), "RUN": str(tmp_path / "run")}
+    _, commands = recipe()
+    for command in commands:
+        for big, small in SHRINK.items():
+            command = command.replace(big, small)
+        command = re.sub(r"\$(\w+)", lambda m: values[m[1]], command)
+        argv = shlex.split(command)
+        if argv[0] == "eagle3kit":
+            capsys.readouterr()
+            code = main(argv[1:])
+            out = capsys.readouterr().out
+            assert code == 0, f"{command}\n{out[-3000:]}"
+            if argv[1] == "launch":
+                printed = out
+        elif argv[0] == "torchrun":
+            assert command in printed, (command, printed[-2000:])
+            config = argv[argv.index("--config") + 1]
+            save = yaml.safe_load(Path(config).read_text())["save_path"]
+            ranks = ["--ranks", "2"] + (["--fsdp"] if "--fsdp-shard" in argv else [])
+            assert main(["rehearse", "--config", config, "--out", save, *ranks, "--steps", "2"]) == 0
+        else:
+            assert command == vllm_commands(argv[2])["short"]
