@@ -35,9 +35,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 # dest -> (flag, default): what only the doctor of a config built here reads, and only the doctor of a draft folder
 CONFIG_ONLY = {"target_device": ("--device", "auto"), "attn": ("--attn", "auto"), "seq_len": ("--seq-len", None),
                "loss": ("--loss", "auto"), "model": ("--model", False)}
-DRAFT_ONLY = {"why_tau": ("--why-tau", False), "no_measure": ("--no-measure", False), "k": ("--k", None)}
-DRAFT_ONLY_DOES = {"why_tau": "measures a draft folder's tau", "no_measure": "skips a draft folder's measurement",
-                   "k": "is the k a draft folder is served with"}
+DRAFT_ONLY = {"why_tau": ("--why-tau", False, "measures a draft folder's tau"),
+              "no_measure": ("--no-measure", False, "skips a draft folder's measurement"),
+              "k": ("--k", None, "is the k a draft folder is served with")}
 
 
 def doctor_options(p: argparse.ArgumentParser) -> None:
@@ -76,10 +76,9 @@ def refuse_idle_options(args: argparse.Namespace) -> None:
     from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
 
     if not args.draft:
-        for dest, (flag, default) in DRAFT_ONLY.items():
+        for dest, (flag, default, does) in DRAFT_ONLY.items():
             if getattr(args, dest) != default:
-                raise UserError(f"{flag} needs --draft DIR: it {DRAFT_ONLY_DOES[dest]}; see `eagle3kit doctor "
-                                "--help`.")
+                raise UserError(f"{flag} needs --draft DIR: it {does}; see `eagle3kit doctor --help`.")
         return
     idle = [flag for dest, (flag, default) in CONFIG_ONLY.items() if getattr(args, dest) != default]
     idle += [f"--{name.replace('_', '-')}" for name in given(args, DraftSpec) if name != "verifier"]

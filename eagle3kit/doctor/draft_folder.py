@@ -8,8 +8,10 @@ adapter, :func:`read_data_dir`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file
@@ -23,6 +25,10 @@ from eagle3kit.draft.config import with_attention
 from eagle3kit.errors import UserError
 from eagle3kit.logs import quiet
 from eagle3kit.verifier import Verifier, resolve
+
+if TYPE_CHECKING:
+    from eagle3kit.doctor.findings import Finding
+    from eagle3kit.doctor.trained import Agreement
 
 CONFIG = "config.json"
 BEST = "checkpoint_best"  # speculators train: a symlink to the best epoch's folder
@@ -155,14 +161,14 @@ class DraftCheck:
     """What one pass over a draft folder found and loaded, shared with the τ verdict (nothing loaded or measured
     twice): the findings, the draft and verifier models, the data's facts and the one measurement."""
 
-    findings: list
+    findings: list[Finding]
     folder: DraftFolder
     config: Eagle3SpeculatorConfig | None = None
     verifier: Verifier | None = None
-    draft: object | None = None  # the loaded draft (None when its config, shapes or layout forbid loading it)
-    verifier_model: object | None = None
+    draft: SpeculatorModel | None = None  # None when its config, shapes or layout forbid loading it
+    verifier_model: torch.nn.Module | None = None  # loaded once, for the embedding check and the measurement
     data: DataFacts | None = None
-    agreement: object | None = None  # eagle3kit.doctor.trained.Agreement, when measured
+    agreement: Agreement | None = None  # None when not measured
 
 
 def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | None = None,
@@ -182,7 +188,8 @@ def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | No
 def examine_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | None = None,
                          data_dir: str | os.PathLike | None = None, k: int | None = None, measure: bool = True,
                          n_prompts: int = 4, max_new_tokens: int = 32, measure_k: int | None = 1,
-                         prompts: list | None = None, before_load=None) -> DraftCheck:
+                         prompts: list | None = None, before_load: Callable[[Verifier], None] | None = None
+                         ) -> DraftCheck:
     """:func:`check_draft_folder`, keeping what it loaded and measured. ``measure_k``: draft positions measured
     (None: the served k); ``prompts``: instead of the data's held-out conversations; ``before_load(verifier)``: called
     once before the verifier's weights are loaded (the CLI states their RAM there, or refuses)."""

@@ -11,6 +11,7 @@ what that acceptance buys when served (:mod:`eagle3kit.plan.speedup`: vLLM on on
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -18,12 +19,13 @@ import torch
 
 from eagle3kit.data.conversations import prompt_turns, turns_of
 from eagle3kit.doctor.draft_folder import examine_draft_folder
+from eagle3kit.doctor.findings import Finding
 from eagle3kit.doctor.folder_checks import trained_steps
 from eagle3kit.doctor.trained import Agreement
 from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.plan import speedup
-from eagle3kit.verifier import load_tokenizer
+from eagle3kit.verifier import Verifier, load_tokenizer
 
 SPEED_GPU = "H100-80GB"  # where the verdict's speed line serves the draft (eagle3kit plan --gpu for another)
 SHIFT = 0.15  # agreement on the dataset's text this much above agreement on the verifier's own text: a shift
@@ -50,7 +52,7 @@ class TauReport:
     text: TextAgreement | None  # on the dataset's replies (None without a data directory)
     verdict: list[str] = field(default_factory=list)
     speed: speedup.SpeedPlan | None = None  # this acceptance served by vLLM on one SPEED_GPU at batch 1
-    findings: list = field(default_factory=list)  # the folder's, from the same pass (draft_folder.examine_draft_folder)
+    findings: list[Finding] = field(default_factory=list)  # the folder's, from the same pass (examine_draft_folder)
 
     def table(self) -> pd.DataFrame:
         """τ and the acceptance rate per draft position (given the earlier ones accepted), draft and untrained."""
@@ -113,7 +115,8 @@ def speed_line(plan: speedup.SpeedPlan) -> str:
 
 def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None = None,
                 data_dir: str | os.PathLike | None = None, prompts: list | None = None, k: int | None = None,
-                n_prompts: int = 8, max_new_tokens: int = 48, before_load=None) -> TauReport:
+                n_prompts: int = 8, max_new_tokens: int = 48, before_load: Callable[[Verifier], None] | None = None
+                ) -> TauReport:
     """Check the draft folder and measure why its τ is what it is, in one pass: the folder's findings (their
     "trained" judged from this one measurement) and the verdict. ``prompts``: conversations or strings (default: the
     data directory's held-out conversations, else built-in questions); ``k``: the served k (default: the config's);
