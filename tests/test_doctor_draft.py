@@ -329,7 +329,7 @@ def test_cli_doctor_draft_exit_codes(trained, untrained, tmp_path, capsys):
 
 
 def test_cli_doctor_draft_why_tau_prints_the_verdict(trained, capsys):
-    assert main(["doctor", "--draft", str(trained), "--no-measure", "--why-tau"]) == 0
+    assert main(["doctor", "--draft", str(trained), "--why-tau"]) == 0
     out = capsys.readouterr().out
     assert "untrained draft" in out and "of a possible 4" in out
     assert "plain speed (predicted; the draft pays above τ" in out  # what that acceptance buys when served

@@ -3,7 +3,9 @@
 ``checks``            ``check(subject)`` -> findings (every check guarded); ``check_data_dir``; ``trainer_findings``
 ``attention_checks``  mask vs backend, flex on CPU, BlockMask length and memory, fused loss; ``SET_ATTN``, ``CONSUMES``
 ``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch, vLLM head sizes
-``draft_folder``      ``check_draft_folder(DIR)``: any speculators-format draft folder (``doctor --draft``)
+``draft_folder``      ``check_draft_folder(DIR)``: any speculators-format draft folder (``doctor --draft``);
+                      ``examine_draft_folder`` keeps what it loaded and measured for the tau verdict
+``ram``               the verifier's float32 RAM, stated before the doctor loads it, refused when short
 ``folder_checks``     a folder's method fields, tensors, saved vocab mapping, embedding, k vs TTT steps, context, data
 ``trained``           trained or an initialisation, by measurement against untrained drafts of the same shape
 ``versions``          version traps decided from version numbers (fused loss under compile, transformers floor)

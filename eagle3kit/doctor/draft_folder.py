@@ -8,8 +8,10 @@ adapter, :func:`read_data_dir`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file
@@ -23,6 +25,10 @@ from eagle3kit.draft.config import with_attention
 from eagle3kit.errors import UserError
 from eagle3kit.logs import quiet
 from eagle3kit.verifier import Verifier, resolve
+
+if TYPE_CHECKING:
+    from eagle3kit.doctor.findings import Finding
+    from eagle3kit.doctor.trained import Agreement
 
 CONFIG = "config.json"
 BEST = "checkpoint_best"  # speculators train: a symlink to the best epoch's folder
@@ -150,6 +156,21 @@ def read_data_dir(data_dir: str | os.PathLike, draft_vocab_size: int | None = No
     return DataFacts(ref, list(aux), t2d, d2t, held_out_conversations(d), source)
 
 
+@dataclass
+class DraftCheck:
+    """What one pass over a draft folder found and loaded, shared with the τ verdict (nothing loaded or measured
+    twice): the findings, the draft and verifier models, the data's facts and the one measurement."""
+
+    findings: list[Finding]
+    folder: DraftFolder
+    config: Eagle3SpeculatorConfig | None = None
+    verifier: Verifier | None = None
+    draft: SpeculatorModel | None = None  # None when its config, shapes or layout forbid loading it
+    verifier_model: torch.nn.Module | None = None  # loaded once, for the embedding check and the measurement
+    data: DataFacts | None = None
+    agreement: Agreement | None = None  # None when not measured
+
+
 def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | None = None,
                        data_dir: str | os.PathLike | None = None, k: int | None = None, measure: bool = True,
                        n_prompts: int = 4, max_new_tokens: int = 32) -> list:
@@ -161,61 +182,90 @@ def check_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | No
     an initialisation" from the draft's agreement with the verifier against an untrained draft of the same shape.
     A folder that is not a draft raises :class:`NotADraftError`.
     """
+    return examine_draft_folder(path, verifier, data_dir, k, measure, n_prompts, max_new_tokens).findings
+
+
+def examine_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | None = None,
+                         data_dir: str | os.PathLike | None = None, k: int | None = None, measure: bool = True,
+                         n_prompts: int = 4, max_new_tokens: int = 32, measure_k: int | None = 1,
+                         prompts: list | None = None, before_load: Callable[[Verifier], None] | None = None
+                         ) -> DraftCheck:
+    """:func:`check_draft_folder`, keeping what it loaded and measured. ``measure_k``: draft positions measured
+    (None: the served k); ``prompts``: instead of the data's held-out conversations; ``before_load(verifier)``: called
+    once before the verifier's weights are loaded (the CLI states their RAM there, or refuses)."""
     from eagle3kit.doctor import folder_checks as fc  # lazy: the checks import the verifier's and data's stages
     from eagle3kit.doctor.findings import Finding, has_errors
     from eagle3kit.doctor.findings import guarded as findings_guard
     from eagle3kit.doctor.model_checks import serving_findings, shape_findings
     from eagle3kit.doctor.facts import DoctorSubject
+    from eagle3kit.doctor.trained import measure as measure_agreement
     from eagle3kit.doctor.trained import trained_findings
     from eagle3kit.doctor.versions import version_findings
+    from eagle3kit.draft.config import draft_ttt_steps
+    from eagle3kit.verifier import load_model
 
     folder = open_draft(path)
     findings: list[Finding] = []
+    out = DraftCheck(findings, folder)
 
     guarded = findings_guard(findings, "the folder's config or tensors are not what speculators writes")
 
     guarded("method", lambda: fc.method_findings(folder))
     guarded("tensors", lambda: fc.nonfinite_findings(folder))
     try:
-        config = Eagle3SpeculatorConfig.from_pretrained(str(folder.path))
+        config = out.config = Eagle3SpeculatorConfig.from_pretrained(str(folder.path))
     except Exception as exc:
-        return findings + [Finding("error", "the draft's config.json does not load as an Eagle3SpeculatorConfig",
-                                   f"{type(exc).__name__}: {exc}"[:300], "re-export the draft with speculators' "
-                                   "save_pretrained (eagle3kit: TrainSession.export)", "config")]
+        findings.append(Finding("error", "the draft's config.json does not load as an Eagle3SpeculatorConfig",
+                                f"{type(exc).__name__}: {exc}"[:300], "re-export the draft with speculators' "
+                                "save_pretrained (eagle3kit: TrainSession.export)", "config"))
+        return out
     try:
-        v = resolve_verifier(folder, verifier)
+        v = out.verifier = resolve_verifier(folder, verifier)
     except Exception as exc:
-        return findings + [Finding("error", "the verifier cannot be found", f"{type(exc).__name__}: {exc}"[:300],
-                                   "pass --verifier DIR (a local model directory)", "verifier")]
+        findings.append(Finding("error", "the verifier cannot be found", f"{type(exc).__name__}: {exc}"[:300],
+                                "pass --verifier DIR (a local model directory)", "verifier"))
+        return out
     guarded("layout", lambda: fc.layout_findings(folder, config))
     guarded("shape", lambda: [f for f in shape_findings(DoctorSubject(config, None, v)) if f.check != "vocab"])
     guarded("serving", lambda: serving_findings(DoctorSubject(config, None, v)))
     guarded("vocab", lambda: fc.mapping_file_findings(folder, config))
     guarded("steps", lambda: fc.steps_findings(folder, config, k))
     guarded("context", lambda: fc.context_findings(config, v))
-    data = None
     if data_dir is not None:
         try:
-            data = read_data_dir(data_dir, config.draft_vocab_size, v)
+            out.data = read_data_dir(data_dir, config.draft_vocab_size, v)
         except Exception as exc:
             findings.append(Finding("error", f"data directory {data_dir} cannot be read", f"{exc}"[:300],
                                     "pass a directory made by `eagle3kit data`, or by speculators' pipeline with "
                                     "the draft's verifier", "data"))
-        if data is not None:
-            guarded("data", lambda: fc.data_findings(folder, config, v, data))
+        if out.data is not None:
+            guarded("data", lambda: fc.data_findings(folder, config, v, out.data))
     guarded("versions", version_findings)
     if has_errors([f for f in findings if f.check in ("config", "shape", "layout", "vocab")]):
-        return findings  # the weights would not load, or load into the wrong places: the measurement would mislead
-    model = None
+        return out  # the weights would not load, or load into the wrong places: the measurement would mislead
+    if before_load is not None and v.has_weights:
+        before_load(v)
     try:
-        model = load_draft(folder, config, v)
+        out.draft = load_draft(folder, config, v)
     except Exception as exc:
         findings.append(Finding("error", "speculators cannot load the draft", f"{type(exc).__name__}: {exc}"[:300],
                                 "re-export the draft with speculators' save_pretrained", "load"))
-    if model is None:
-        return findings
-    guarded("embedding", lambda: fc.embedding_findings(folder, v))
-    if measure and v.has_weights:
-        guarded("trained", lambda: trained_findings(model, v, data.conversations if data else None,
-                                                    n_prompts, max_new_tokens))
-    return findings
+        return out
+
+    def embedding() -> list:  # the verifier's weights, loaded once: for its embedding here, then the measurement
+        out.verifier_model = load_model(v)
+        return fc.embedding_findings(folder, v, out.verifier_model)
+
+    if v.has_weights:
+        guarded("embedding", embedding)
+    if measure and out.verifier_model is not None:
+        conversations = prompts or (out.data.conversations if out.data else None)
+        steps = measure_k or k or draft_ttt_steps(config)
+
+        def measured() -> list:
+            out.agreement = measure_agreement(out.draft, v, conversations, n_prompts, max_new_tokens, steps,
+                                              verifier_model=out.verifier_model)
+            return trained_findings(out.agreement)
+
+        guarded("trained", measured)
+    return out

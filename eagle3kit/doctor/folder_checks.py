@@ -111,12 +111,14 @@ def mapping_file_findings(folder, config: Eagle3SpeculatorConfig) -> list[Findin
     return vocab_findings(DoctorSubject(config, SimpleNamespace(t2d=t2d, d2t=d2t), None))
 
 
-def embedding_findings(folder, verifier: Verifier) -> list[Finding]:
-    """The saved (frozen) embedding must be the verifier's: the draft reads the verifier's tokens through it."""
+def embedding_findings(folder, verifier: Verifier, verifier_model=None) -> list[Finding]:
+    """The saved (frozen) embedding must be the verifier's: the draft reads the verifier's tokens through it
+    (``verifier_model``: the verifier already loaded, else it is loaded here)."""
     saved = folder.tensors.get("embed_tokens.weight")
     if saved is None:
         return []
-    theirs = load_model(verifier).get_input_embeddings().weight.detach()
+    model = verifier_model if verifier_model is not None else load_model(verifier)
+    theirs = model.get_input_embeddings().weight.detach()
     if saved.shape != theirs.shape:
         return []  # layout_findings names the shape
     diff = (saved.float() - theirs.to(saved.dtype).float()).abs().max().item()

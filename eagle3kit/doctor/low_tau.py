@@ -4,29 +4,34 @@ against on the verifier's continuations, and served k against the trained TTT st
 what that acceptance buys when served (:mod:`eagle3kit.plan.speedup`: vLLM on one GPU, batch 1).
 
 ``why_low_tau(draft_dir, verifier=None, data_dir=None, prompts=None)`` -> :class:`TauReport` (``.table()``,
-``.verdict``); the CLI: ``eagle3kit doctor --draft DIR --why-tau [--data DIR]``.
+``.verdict``, and the folder's ``.findings`` from the same pass: one load, one measurement); the CLI:
+``eagle3kit doctor --draft DIR --why-tau [--data DIR] [--k N]``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
 import torch
 
 from eagle3kit.data.conversations import prompt_turns, turns_of
-from eagle3kit.doctor.draft_folder import load_draft, open_draft, read_data_dir, resolve_verifier
+from eagle3kit.doctor.draft_folder import examine_draft_folder
+from eagle3kit.doctor.findings import Finding
 from eagle3kit.doctor.folder_checks import trained_steps
-from eagle3kit.doctor.trained import Agreement, measure
+from eagle3kit.doctor.trained import Agreement
 from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.plan import speedup
-from eagle3kit.verifier import load_model, load_tokenizer
+from eagle3kit.verifier import Verifier, load_tokenizer
 
 SPEED_GPU = "H100-80GB"  # where the verdict's speed line serves the draft (eagle3kit plan --gpu for another)
 SHIFT = 0.15  # agreement on the dataset's text this much above agreement on the verifier's own text: a shift
 VERIFIER_LIKE = 0.5  # the verifier predicts at least this share of a dataset's reply tokens when it wrote them
+NOT_MEASURED = ("τ was not measured: the folder's errors above (its config, shapes, layout, vocabulary, or the "
+                "draft or verifier not loading) would make the measurement mislead; fix them first.")
 
 
 @dataclass
@@ -43,13 +48,16 @@ class TextAgreement:
 class TauReport:
     k: int
     trained_steps: int | None
-    agreement: Agreement  # the draft and its untrained twin on the verifier's greedy continuations
+    agreement: Agreement | None  # the draft and its untrained twin on the verifier's greedy continuations
     text: TextAgreement | None  # on the dataset's replies (None without a data directory)
     verdict: list[str] = field(default_factory=list)
     speed: speedup.SpeedPlan | None = None  # this acceptance served by vLLM on one SPEED_GPU at batch 1
+    findings: list[Finding] = field(default_factory=list)  # the folder's, from the same pass (examine_draft_folder)
 
     def table(self) -> pd.DataFrame:
         """τ and the acceptance rate per draft position (given the earlier ones accepted), draft and untrained."""
+        if self.agreement is None:
+            return pd.DataFrame()
         return ev.summary_table({"draft": self.agreement.draft, "untrained draft": self.agreement.untrained})
 
 
@@ -107,26 +115,25 @@ def speed_line(plan: speedup.SpeedPlan) -> str:
 
 def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None = None,
                 data_dir: str | os.PathLike | None = None, prompts: list | None = None, k: int | None = None,
-                n_prompts: int = 8, max_new_tokens: int = 48) -> TauReport:
-    """Measure why a draft's τ is what it is. ``prompts``: conversations or strings (default: the data
-    directory's held-out conversations, else built-in questions); ``k``: the served k (default: the config's)."""
-    folder = open_draft(draft_dir)
-    v = resolve_verifier(folder, verifier)
-    from speculators.models.eagle3 import Eagle3SpeculatorConfig
-
-    config = Eagle3SpeculatorConfig.from_pretrained(str(folder.path))
-    draft = load_draft(folder, config, v)
-    k = k or draft_ttt_steps(config)
-    data = read_data_dir(data_dir, config.draft_vocab_size, v) if data_dir is not None else None
-    model = load_model(v)
-    conversations = prompts or (data.conversations if data else None)
-    agreement = measure(draft, v, conversations, n_prompts, max_new_tokens, k, verifier_model=model)
-    text = (text_agreement(model, load_tokenizer(v), draft, data.conversations, n_prompts, max_new_tokens)
-            if data is not None and data.conversations else None)
-    steps = trained_steps(folder)
+                n_prompts: int = 8, max_new_tokens: int = 48, before_load: Callable[[Verifier], None] | None = None
+                ) -> TauReport:
+    """Check the draft folder and measure why its τ is what it is, in one pass: the folder's findings (their
+    "trained" judged from this one measurement) and the verdict. ``prompts``: conversations or strings (default: the
+    data directory's held-out conversations, else built-in questions); ``k``: the served k (default: the config's);
+    ``before_load``: as :func:`~eagle3kit.doctor.draft_folder.examine_draft_folder`'s. A folder whose errors forbid
+    the measurement gives a report without one (``agreement`` None), its verdict saying so."""
+    c = examine_draft_folder(draft_dir, verifier, data_dir, k, True, n_prompts, max_new_tokens, measure_k=None,
+                             prompts=prompts, before_load=before_load)
+    steps = trained_steps(c.folder)
+    if c.agreement is None:
+        return TauReport(k or 0, steps, None, None, [NOT_MEASURED], findings=c.findings)
+    k = k or draft_ttt_steps(c.config)
+    v, config, data = c.verifier, c.config, c.data
+    text = (text_agreement(c.verifier_model, load_tokenizer(v), c.draft, data.conversations, n_prompts,
+                           max_new_tokens) if data is not None and data.conversations else None)
     plan = speedup.predict(v.path or v.name, SPEED_GPU, 1, k,
-                           acceptance=agreement.draft.rates()["cumulative"].fillna(0.0).tolist(),
+                           acceptance=c.agreement.draft.rates()["cumulative"].fillna(0.0).tolist(),
                            draft_vocab_size=config.draft_vocab_size,
                            num_layers=config.transformer_layer_config.num_hidden_layers)
-    lines = verdict(k, steps, agreement, text) + [speed_line(plan)]
-    return TauReport(k, steps, agreement, text, lines, plan)
+    lines = verdict(k, steps, c.agreement, text) + [speed_line(plan)]
+    return TauReport(k, steps, c.agreement, text, lines, plan, c.findings)

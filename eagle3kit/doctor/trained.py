@@ -114,11 +114,10 @@ def measure(draft: Eagle3DraftModel, verifier: Verifier, conversations=None, n_p
                      min(held_out_loss(model, twin, prompts, conts) for twin in twins))
 
 
-def trained_findings(draft: Eagle3DraftModel, verifier: Verifier, conversations=None, n_prompts: int = 4,
-                     max_new_tokens: int = 32) -> list[Finding]:
-    """An error when the draft agrees with the verifier no more than an untrained draft does (speculators issue
-    1114: a conversion saved the random initialisation, acceptance 0); else an info with the two rates."""
-    a = measure(draft, verifier, conversations, n_prompts, max_new_tokens)
+def trained_findings(a: Agreement) -> list[Finding]:
+    """From the measurement ``a`` (:func:`measure`): an error when the draft agrees with the verifier no more than an
+    untrained draft does (speculators issue 1114: a conversion saved the random initialisation, acceptance 0); else
+    an info with the two rates."""
     numbers = a.numbers()
     if a.trained:
         return [Finding("info", "the weights are trained", numbers, "", "trained")]
