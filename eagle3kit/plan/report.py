@@ -111,7 +111,8 @@ class Plan:
         if holders > 1:
             out.append(f"the verifier's bf16 weights ({_bytes(self.verifier_weights)}) need {holders} {self.gpu.name} "
                        "GPUs, but `eagle3kit data` runs it on one device; generate the hidden states with speculators' "
-                       "vLLM pipeline (prepare-data + generate-offline-data, tensor parallel) or a quantized checkpoint")
+                       "vLLM pipeline (prepare-data + generate-offline-data, tensor parallel) or a quantized "
+                       "checkpoint")
         if free_disk is not None and self.disk.total > free_disk:
             out.append(f"the hidden states need {_bytes(self.disk.total)} on disk but {_bytes(free_disk)} are free; "
                        "make room, store fewer samples, or generate them on demand")
