@@ -29,12 +29,18 @@ def native_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-
-
 def native_dtype(device: str) -> str:
     """``"bfloat16"`` where ``device`` computes it natively (CUDA; a CPU with :func:`native_bf16`), else ``"float32"``:
     what ``"native"`` means for the data's hidden states and for training."""
     return "bfloat16" if device.startswith("cuda") or native_bf16() else "float32"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """The float dtype ``dtype`` names on ``device`` (a resolved one), for data and training alike: ``"auto"`` ->
+    float32 on a CPU (exact), bfloat16 on CUDA; ``"native"`` -> :func:`native_dtype`; a float dtype as given."""
+    if dtype == "auto":
+        return "bfloat16" if device.startswith("cuda") else "float32"
+    return native_dtype(device) if dtype == "native" else dtype
 
 
 def warn_if_bf16_emulated(what: str, fix: str, slowdown: str) -> None:

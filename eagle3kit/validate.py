@@ -100,7 +100,7 @@ RULES: dict[str, Rule] = {
     "seq_length": _at_least(2, "tokens per conversation"),
     "held_out": _at_least(0),
     "batch_size": _at_least(1),
-    "dtype": Rule(str, choices=(*FLOAT_DTYPES, "native")),
+    "dtype": Rule(str, choices=("auto", *FLOAT_DTYPES, "native"), note="auto: bfloat16 on CUDA, float32 on a CPU"),
     "max_new_tokens": _at_least(1),
     "max_prompt_tokens": _at_least(1),
     "reply_tokens": _at_least(1),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
+import inspect
 import json
 import os
 import re
@@ -446,3 +447,60 @@ def test_native_data_is_bfloat16_only_where_the_cpu_computes_it(tmp_path, tiny_v
     with pytest.raises(UserError, match="'native'"):  # the one rule for a dtype (eagle3kit.validate)
         build_dataset(tiny_verifier, tmp_path / "x", source=src, dtype="bf16", **kwargs)
 
+
+
+def test_the_documented_format_is_what_is_read(tmp_path, capsys):
+    """docs/data-format.md, form by form: OpenAI and ShareGPT turns (mixed), reasoning, roles, what is dropped."""
+    src = _jsonl(tmp_path / "forms.jsonl", [
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 2?"},
+                      {"role": "assistant", "content": "4.", "reasoning_content": "Two plus two.", "name": "x"},
+                      {"role": "user", "content": "trailing"}]},
+        "",
+        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello", "thinking": "t"},
+                           {"role": "tool", "content": "42"}, {"from": "bard", "value": "unknown role"}],
+         "messages": [{"role": "user", "content": "not read: conversations wins"}]},
+    ])
+    first, second = (conv.normalize(t) for t in conv.read_jsonl(src))
+    assert first == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 2?"},
+                     {"role": "assistant", "content": "4.", "reasoning_content": "Two plus two.",
+                      "thinking": "Two plus two."}]
+    assert [t["role"] for t in second] == ["user", "assistant", "tool", "assistant"]
+    assert second[1]["reasoning_content"] == "t" and second[0]["content"] == "hi"
+    parts = _jsonl(tmp_path / "parts.jsonl", [{"messages": [{"role": "user", "content": [{"type": "text"}]},
+                                                            {"role": "assistant", "content": "ok"}]}])
+    with pytest.raises(conv.ConversationError, match="line 1 has a turn that is not an object with a text content"):
+        conv.read_jsonl(parts)
+    with pytest.raises(SystemExit):
+        main(["data", "--help"])
+    assert "docs/data-format.md" in capsys.readouterr().out.replace("\n", " ").replace("  ", "")
+
+
+def test_cli_data_all_conversations_the_cut_line_and_aux_layers(tmp_path, tiny_verifier, capsys):
+    """`--n-conversations all` takes every conversation; the default (64) cutting a longer source says so in one
+    line, `all` does not; `--aux-layer-ids` chooses the stored layers and a layer the verifier lacks is refused."""
+    src = _jsonl(tmp_path / "c.jsonl", _convs(75))
+    common = ["data", "--verifier", "tiny", "--source", str(src), "--seq-length", "64", "--held-out", "1",
+              "--verify", "0", "--batch-size", "16"]
+    assert main([*common, "--out", str(tmp_path / "all"), "--n-conversations", "all", "--aux-layer-ids", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert '"n_samples": 74' in out and "of the source's" not in out and "one device (cpu), float32" in out
+    assert DataDir(tmp_path / "all").aux_layer_ids == [1, 2] and DataDir(tmp_path / "all").n_states == 3
+    assert main([*common, "--out", str(tmp_path / "default")]) == 0
+    out = capsys.readouterr().out
+    assert '"n_samples": 64' in out and "used 64 rows + 1 held out of the source's 75 conversations" in out
+    assert main([*common, "--out", str(tmp_path / "bad"), "--aux-layer-ids", "1", "99"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "99" in err
+
+
+def test_auto_dtype_is_bfloat16_on_cuda_and_float32_on_a_cpu_for_data_and_training():
+    """One rule (eagle3kit.device.resolve_dtype) for the data's dtype and training's hidden_states_dtype."""
+    from eagle3kit.device import native_dtype, resolve_dtype
+    from eagle3kit.train.settings import TrainSettings
+
+    assert (resolve_dtype("auto", "cuda"), resolve_dtype("auto", "cuda:1"), resolve_dtype("auto", "cpu")) == (
+        "bfloat16", "bfloat16", "float32")
+    assert resolve_dtype("native", "cpu") == native_dtype("cpu") and resolve_dtype("float16", "cuda") == "float16"
+    for device in ("cpu", "cuda"):
+        assert TrainSettings().resolved(device).hidden_states_dtype == resolve_dtype("auto", device)
+    assert inspect.signature(build_dataset).parameters["dtype"].default == "auto"

@@ -70,9 +70,12 @@ def test_unknown_yaml_key_is_refused(tmp_path):
 
 
 def test_dry_run_config_equals_eagle3kit_draft(build, tiny_data, tmp_path):
-    """`speculators train --config run.yaml --dry-run` on the CPU writes the config.json eagle3kit built."""
+    """`speculators train --config run.yaml --dry-run` on the CPU writes the config.json eagle3kit built (a YAML
+    naming the cluster's paths is dry-run with this machine's)."""
     settings = TrainSettings(total_seq_len=SEQ).resolved("cpu")
-    plan = launch.write_plan(build, settings, tiny_data, tmp_path, n_gpus=2)
+    plan = launch.write_plan(build, settings, tiny_data, tmp_path, n_gpus=2, cluster_data="/cluster/data",
+                             cluster_save="/cluster/run", verifier="/cluster/verifier")  # the dry run uses ours
+    assert set(plan.local) == {"data_path", "verifier_name_or_path", "save_path", "log_dir"}
     table = launch.round_trip(build, plan, tmp_path / "dry")
     assert len(table) > 30
     assert table["equal"].all(), table[~table["equal"]].to_string()
@@ -99,3 +102,50 @@ def test_cli_launch_prints_yaml_table_and_command(tiny_data, tmp_path, capsys):
     assert "draft_vocab_size: 512" in out and "speculators default" in out
     assert "--nproc_per_node=2 -m speculators.train --config" in out and "--fsdp-shard" in out
     assert (tmp_path / "run.yaml").exists()
+
+
+def test_cluster_run_gets_speculators_length_cluster_paths_and_a_multi_node_command(build, tiny_data, tmp_path):
+    """cluster_settings: speculators' own total_seq_len unless given; the YAML names the cluster's paths, the plan
+    keeps this machine's; several nodes rendezvous through c10d in a command torchrun itself parses."""
+    import shlex
+
+    from speculators.train.config import TrainConfig
+    from torch.distributed.run import get_args_parser
+
+    assert launch.cluster_settings().total_seq_len == TrainConfig().flatten()["total_seq_len"]
+    assert launch.cluster_settings(total_seq_len=SEQ).total_seq_len == SEQ
+    plan = launch.write_plan(build, launch.cluster_settings(), tiny_data, tmp_path, n_gpus=4, nodes=2,
+                             rdzv_endpoint="node0:29500", cluster_data="/shared/data", cluster_save="/shared/run")
+    written = yaml.safe_load(plan.yaml)["train"]
+    assert written["data"]["data_path"] == "/shared/data" and plan.local_data_path == str(tiny_data.resolve())
+    assert plan.config.trainer.save_path == "/shared/run" and plan.config.logging.log_dir == "/shared/run/logs"
+    table = launch.explain_plan(plan).set_index("field")
+    assert table.loc["total_seq_len", "differs"] == "" and "--cluster-data" in table.loc["data_path", "why"]
+    assert "0 unless --seed" in table.loc["seed", "why"]
+    args = get_args_parser().parse_args(shlex.split(plan.command)[1:])
+    assert (args.nnodes, args.nproc_per_node, args.rdzv_backend, args.rdzv_endpoint, args.standalone) == (
+        "2", "4", "c10d", "node0:29500", False)
+    here = launch.write_plan(build, launch.cluster_settings(), tiny_data, tmp_path / "here", n_gpus=4)
+    assert here.local == {} and here.config.data.data_path == str(tiny_data.resolve())
+    assert "this machine's data directory" in launch.explain_plan(here).set_index("field").loc["data_path", "why"]
+    assert get_args_parser().parse_args(shlex.split(here.command)[1:]).standalone
+    for nodes, endpoint, match in ((2, None, "needs --rdzv-endpoint"), (1, "node0:29500", "one node"),
+                                   (2, "node0", "HOST:PORT")):
+        with pytest.raises(UserError, match=match):
+            launch.write_plan(build, launch.cluster_settings(), tiny_data, tmp_path / "x", nodes=nodes,
+                              rdzv_endpoint=endpoint)
+
+
+def test_cli_launch_for_the_cluster_and_rehearse_told_the_local_data(tiny_data, tmp_path, capsys):
+    from eagle3kit.train.rehearsal.run import local_data
+
+    argv = ["launch", "--data", str(tiny_data), "--out", str(tmp_path), "--gpus", "2", "--cluster-data", "/shared/d"]
+    assert main([*argv, "--nodes", "2"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert main([*argv, "--nodes", "2", "--rdzv-endpoint", "node0:29500"]) == 0
+    out = capsys.readouterr().out
+    assert "2 nodes x 2 GPUs" in out and "--nnodes=2" in out and f"--data {tiny_data}" in out
+    assert main(["rehearse", "--config", str(tmp_path / "run.yaml"), "--out", str(tmp_path / "r")]) == 2
+    assert "/shared/d" in capsys.readouterr().err and "--data DIR" in str(
+        pytest.raises(UserError, local_data, tmp_path / "run.yaml", None).value)
+    assert local_data(tmp_path / "run.yaml", tiny_data) == {"data_path": str(tiny_data.resolve())}

@@ -86,3 +86,16 @@ def test_plan_figure():
     fig = plan_figure(plans)
     assert isinstance(fig, matplotlib.figure.Figure)
     assert len(fig.axes) == 2
+
+
+def test_data_generation_is_planned_on_the_one_device_eagle3kit_data_uses():
+    """Data time does not shrink with --gpus (training's does); a verifier one GPU cannot hold is named; the default
+    packed length is speculators' own."""
+    from speculators.train.config import TrainConfig
+
+    one, eight = (plan_run("llama-3.1-8b", samples=1000, gpus=n) for n in (1, 8))
+    assert one.data_seconds == eight.data_seconds and eight.train_seconds < one.train_seconds
+    assert any("one device" in item for item in eight.table()["item"]) and eight.problems(free_disk=1e15) == []
+    assert eight.step.total_seq_len == TrainConfig().flatten()["total_seq_len"]
+    big = plan_run("kimi-k2.5", samples=10, gpus=8)
+    assert any("`eagle3kit data` runs it on one device" in p for p in big.problems(free_disk=1e15))

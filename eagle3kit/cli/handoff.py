@@ -14,6 +14,8 @@ from eagle3kit.errors import UserError
 def rehearse_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="the run.yaml `eagle3kit launch` wrote (any speculators train YAML)")
     p.add_argument("--out", required=True, help="folder for speculators' checkpoints, its log and per-step records")
+    p.add_argument("--data", default=None, help="this machine's copy of the data, when the YAML names the cluster's "
+                   "(`eagle3kit launch --cluster-data`); default: the YAML's data_path")
     p.add_argument("--ranks", type=int, default=1, help="processes: 1 runs speculators' trainer in one process, more "
                                                         "run it under torchrun (gloo on a CPU)")
     p.add_argument("--fsdp", action="store_true", help="--fsdp-shard: FSDP2 over the ranks (needs --ranks 2+)")
@@ -39,13 +41,15 @@ def cmd_rehearse(args: argparse.Namespace) -> int:
 
     if args.plot and not args.compare:
         raise UserError("--plot draws speculators' loss beside the session's: add --compare.")
+    local = rehearsal.local_data(args.config, args.data)
     if args.preempt is not None:
-        return _preempt(args)
-    flags = rehearsal.flags_for(args.config, args.steps, args.num_workers, {"fsdp_shard": True} if args.fsdp else {})
+        return _preempt(args, local)
+    flags = rehearsal.flags_for(args.config, args.steps, args.num_workers,
+                                {**local, **({"fsdp_shard": True} if args.fsdp else {})})
     found = rehearsal_checks.before(rehearsal.resolved(args.config, flags), args.ranks,
                                     rehearsal.save_path(args.out) if args.rerun else None)
     run = rehearsal.rehearse(args.config, args.out, ranks=args.ranks, fsdp=args.fsdp, steps=args.steps,
-                             num_workers=args.num_workers, resume=args.rerun, timeout=args.timeout)
+                             num_workers=args.num_workers, resume=args.rerun, timeout=args.timeout, extra=local)
     print("ran: " + " ".join(run.command))
     print(format_table(rehearsal.overrides_table(args.config, run.overrides)))
     records = run.metrics()
@@ -80,11 +84,11 @@ def _compare(run, plot: str | None) -> int:
     return 0 if summary["within"] else 1
 
 
-def _preempt(args: argparse.Namespace) -> int:
+def _preempt(args: argparse.Namespace, local: dict[str, str]) -> int:
     from eagle3kit.train.rehearsal.resume import preempt
 
     result = preempt(args.config, args.out, ranks=args.ranks, fsdp=args.fsdp, steps=args.steps,
-                     checkpoint_step=args.preempt, num_workers=args.num_workers, timeout=args.timeout)
+                     checkpoint_step=args.preempt, num_workers=args.num_workers, timeout=args.timeout, extra=local)
     print(json.dumps(result.summary(), indent=2, default=str))
     explained = result.explained_diff
     print(f"\nThe rerun resumed at step {result.checkpoint_step + 1} from speculators' checkpoint; it ends "

@@ -42,21 +42,41 @@ def cmd_regenerate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count_or_all(text: str) -> int | None:
+    """``--n-conversations``: a count, or ``all`` (None: every conversation of the source)."""
+    return None if text.lower() == "all" else int(text)
+
+
+_count_or_all.__name__ = "count or 'all'"  # argparse names it in "invalid ... value"
+
+
 def data_options(p: argparse.ArgumentParser) -> None:
+    import inspect
+
+    from eagle3kit import validate
+    from eagle3kit.data.dataset import build_dataset  # lazy: torch + transformers take seconds to import
+
+    defaults = {k: v.default for k, v in inspect.signature(build_dataset).parameters.items()}
     p.add_argument("--verifier", default=None, help="default: smollm2 (named by you for a dataset `speculators "
                    "prepare-data` wrote: the model whose tokenizer rendered it)")
     p.add_argument("--out", required=True, help="data directory (pass it to speculators train --data-path); a dataset "
                    "`speculators prepare-data` wrote gets its hidden states")
-    p.add_argument("--n-conversations", type=int, default=64)
+    p.add_argument("--n-conversations", type=_count_or_all, default=argparse.SUPPRESS, metavar="N|all",
+                   help=f"training rows to make; all: every conversation of the source (default: "
+                        f"{defaults['n_conversations']})")
     p.add_argument("--seq-length", type=int, default=512)
     p.add_argument("--draft-vocab-size", type=int, default=None, help="write d2t-N.npy / t2d-N.npy for this size")
     p.add_argument("--held-out", type=int, default=8, help="conversations kept out for evaluation")
-    p.add_argument("--source", default=None, help="JSONL of conversations (default: ShareGPT V3)")
+    p.add_argument("--source", default=None, help="JSONL of conversations, one per line (format: docs/data-format.md; "
+                   "default: ShareGPT V3)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "native"],
-                   help="the verifier runs and stores hidden states in it; native: bfloat16 where the device computes "
-                        "it natively (CUDA, AVX512-BF16 / AMX CPUs), else float32")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default=defaults["dtype"], choices=validate.rule_for("dtype").choices,
+                   help="the verifier runs and stores hidden states in it; auto: bfloat16 on CUDA, float32 on a CPU; "
+                        "native: bfloat16 where the device computes it natively (CUDA, AVX512-BF16 / AMX CPUs), else "
+                        f"float32 (default: {defaults['dtype']})")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N: the ONE device the whole verifier "
+                   "runs on (no sharding over GPUs; for a verifier one GPU cannot hold, use speculators' vLLM data "
+                   "generation)")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--overwrite", action="store_true", help="rebuild a directory made with other settings")
     p.add_argument("--verify", type=int, default=2, metavar="N", help="targets check on N samples (0: skip)")
@@ -67,6 +87,8 @@ def data_options(p: argparse.ArgumentParser) -> None:
 def cmd_data(args: argparse.Namespace) -> int:
     """conversations -> verifier hidden states in speculators' data layout (resumable); on a dataset `speculators
     prepare-data` wrote: its hidden states"""
+    import inspect
+
     from eagle3kit.assets import AssetMissingError  # lazy: torch + transformers take seconds to import
     from eagle3kit.data.dataset import build_dataset, prepared_elsewhere
     from eagle3kit.data.targets import verify_targets
@@ -74,9 +96,10 @@ def cmd_data(args: argparse.Namespace) -> int:
 
     if prepared_elsewhere(args.out):
         return _fill(args)
+    default_n = inspect.signature(build_dataset).parameters["n_conversations"].default
+    n = getattr(args, "n_conversations", default_n)  # absent: not given; None: all
     try:
-        info = build_dataset(verifier=args.verifier or DEFAULT_VERIFIER, out_dir=args.out,
-                             n_conversations=args.n_conversations,
+        info = build_dataset(verifier=args.verifier or DEFAULT_VERIFIER, out_dir=args.out, n_conversations=n,
                              seq_length=args.seq_length, draft_vocab_size=args.draft_vocab_size, seed=args.seed,
                              held_out=args.held_out, source=args.source, dtype=args.dtype, device=args.device,
                              batch_size=args.batch_size, overwrite=args.overwrite, aux_layer_ids=args.aux_layer_ids)
@@ -84,6 +107,10 @@ def cmd_data(args: argparse.Namespace) -> int:
         print(f"eagle3kit: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(info.to_dict(), indent=2))
+    print(f"hidden states made on one device ({info.device}), {info.dtype}")
+    if not hasattr(args, "n_conversations") and (info.source_conversations or 0) > info.n_samples + info.n_held_out:
+        print(f"used {info.n_samples} rows + {info.n_held_out} held out of the source's {info.source_conversations:,} "
+              f"conversations (--n-conversations defaults to {default_n}; `--n-conversations all` uses every one)")
     if args.verify:
         result = verify_targets(args.out, n_samples=args.verify, draft_vocab_size=args.draft_vocab_size)
         print("targets check:", json.dumps(result))
@@ -196,9 +223,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 def launch_options(p: argparse.ArgumentParser) -> None:
     _run_options(p, data_required=True, skip_draft=("device",))
     p.add_argument("--out", required=True, help="folder for run.yaml (and the dry run's checkpoint)")
-    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--gpus", type=int, default=8, help="GPUs (ranks) per node (default: 8)")
+    p.add_argument("--nodes", type=int, default=1, help="machines that each run --gpus ranks; more than 1 needs "
+                   "--rdzv-endpoint (default: 1, torchrun --standalone)")
+    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                   help="c10d rendezvous of a multi-node run: an address of the first node every node reaches")
     p.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (--fsdp-shard)")
     p.add_argument("--cluster-verifier", default=None, help="verifier path/hub id as the cluster sees it")
+    p.add_argument("--cluster-data", default=None, metavar="PATH",
+                   help="the data directory as the cluster sees it (the YAML's data_path; default: --data, absolute)")
+    p.add_argument("--cluster-save", default=None, metavar="PATH",
+                   help="where the cluster writes checkpoints (the YAML's save_path; default: --out/checkpoints)")
     p.add_argument("--gpu", default=None, help="the GPU to check the run fits (H100-80GB, H200, A100-80GB, ...)")
     p.add_argument("--dry-run", action="store_true",
                    help="run `speculators train --dry-run` here and compare its config.json with eagle3kit's")
@@ -209,20 +244,28 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from eagle3kit.doctor.checks import trainer_findings
     from eagle3kit.doctor.findings import format_findings
     from eagle3kit.draft.config import DraftSpec, build_config  # lazy: torch + speculators take seconds to import
+    from eagle3kit.plan.commands import check_rendezvous
     from eagle3kit.tables import format_table
     from eagle3kit.train import launch
     from eagle3kit.train.session import TrainSettings
 
+    check_rendezvous(args.nodes, args.rdzv_endpoint)  # before the verifier and data are read
     spec, _data = _run_spec(args, device="cpu")
     build = build_config(spec)
-    settings = TrainSettings(**given(args, TrainSettings)).resolved("cuda")
+    settings = launch.cluster_settings(**given(args, TrainSettings))
     attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}
     plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp, gpu=args.gpu,
-                             verifier=args.cluster_verifier, loss_implementation=settings.loss_implementation,
+                             nodes=args.nodes, rdzv_endpoint=args.rdzv_endpoint, cluster_data=args.cluster_data,
+                             cluster_save=args.cluster_save, verifier=args.cluster_verifier,
+                             loss_implementation=settings.loss_implementation,
                              hidden_states_dtype=settings.hidden_states_dtype, **attn)
     print(plan.yaml)
     print(format_table(launch.explain_plan(plan)))
-    print(f"\nRun it on {args.gpus} GPU(s):\n  {plan.command}")
+    where = f"{args.gpus} GPU(s)" if args.nodes == 1 else \
+        f"{args.nodes} nodes x {args.gpus} GPUs (the same command on every node)"
+    print(f"\nRun it on {where}:\n  {plan.command}")
+    data_here = f" --data {args.data}" if args.cluster_data else ""
+    print(f"Rehearse it here first: eagle3kit rehearse --config {plan.yaml_path}{data_here} --out REHEARSAL_DIR")
     if not args.dry_run and (found := trainer_findings()):  # this machine cannot run it: say so before a user tries
         print("\n" + format_findings(found))
     if args.dry_run:

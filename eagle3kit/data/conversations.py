@@ -116,7 +116,13 @@ def read_jsonl(path: str | os.PathLike) -> list[Turns]:
                     f"{path.name} line {n} has neither a 'conversations' nor a 'messages' list; "
                     "write each line as {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}."
                 )
-            if not any(t.get("role", t.get("from")) in ("assistant", "gpt") for t in turns if isinstance(t, dict)):
+            if not all(isinstance(t, dict) and isinstance(t.get("value") or t.get("content") or "", str)
+                       for t in turns):
+                raise ConversationError(
+                    f"{path.name} line {n} has a turn that is not an object with a text content (a list of content "
+                    "parts?); write each turn as {\"role\": ..., \"content\": \"text\"}."
+                )
+            if not any(t.get("from", t.get("role")) in ("assistant", "gpt") for t in turns):
                 raise ConversationError(
                     f"{path.name} line {n} has no assistant turn, so it has nothing to train on; "
                     "add the assistant reply or remove the line."

@@ -50,7 +50,7 @@ from eagle3kit.data import hidden_states as hs
 from eagle3kit.data import vocab
 from eagle3kit import validate
 from eagle3kit.data.directory import HIDDEN_STATES, MANIFEST, DataDir, DataError, Manifest, Request, verifier_identity
-from eagle3kit.device import native_dtype, resolve_device
+from eagle3kit.device import resolve_device, resolve_dtype
 from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
 from eagle3kit.verifier import Verifier, load_tokenizer, resolve
 
@@ -76,6 +76,8 @@ class DatasetInfo:
     tokens_per_s: float | None = None
     draft_vocab_size: int | None = None
     coverage: float = 1.0
+    source_conversations: int | None = None  # records in the source (None: a directory made before it was counted)
+    device: str | None = None  # the one device the verifier ran on to make the hidden states
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -130,7 +132,9 @@ def training_rows(tokenizer, request: Request, counts: dict | None = None
     order (row ``i`` is the directory's row ``i``): a conversation whose assistant tokens all lie beyond
     ``seq_length`` is dropped and counted in ``counts["dropped_empty"]``."""
     counts = counts if counts is not None else {}
-    stream = conv.ordered(conv.read(request.source), request.seed, counts)
+    conversations = conv.read(request.source)
+    counts["source_conversations"] = len(conversations)
+    stream = conv.ordered(conversations, request.seed, counts)
     held = list(itertools.islice(stream, request.held_out))  # first, so it does not depend on n
 
     def rows() -> Iterator[tuple[conv.Turns, conv.Tokenized]]:
@@ -148,7 +152,8 @@ def training_rows(tokenizer, request: Request, counts: dict | None = None
 
 
 def _tokenize(v: Verifier, request: Request, out: Path, progress: bool) -> dict:
-    """Conversations -> tokens + loss mask -> Arrow dataset, token_freq.pt, held_out.jsonl. Returns counts."""
+    """Conversations -> tokens + loss mask -> Arrow dataset, token_freq.pt, held_out.jsonl. Returns counts.
+    ``request.n_conversations`` None: every usable conversation of the source."""
     n, seq_length = request.n_conversations, request.seq_length
     counts = {"skipped_unusable": 0, "dropped_empty": 0}
     held, stream = training_rows(load_tokenizer(v), request, counts)
@@ -161,17 +166,18 @@ def _tokenize(v: Verifier, request: Request, out: Path, progress: bool) -> dict:
             if len(rows) == n:
                 break
     dropped = counts["dropped_empty"]
-    if len(rows) < n:
+    if len(rows) < (n or 1):
         raise DataError(
             f"Only {len(rows)} conversations with assistant tokens within seq_length={seq_length} are left after "
             f"{len(held)} held-out ones ({dropped} dropped as empty); ask for fewer "
-            f"(n_conversations<={len(rows)}), a larger seq_length or a bigger source."
+            f"(n_conversations<={len(rows)}), fewer held out, a larger seq_length or a bigger source."
         )
     out.mkdir(parents=True, exist_ok=True)
     conv.write_jsonl(out / conv.HELD_OUT, held)
     _write_arrow(out, rows)
     vocab.save_token_freq(load_from_disk(str(out)), out)
     return {"skipped_unusable": counts["skipped_unusable"], "dropped_empty": dropped, "truncated": truncated,
+            "source_conversations": counts["source_conversations"],
             "n_samples": len(rows), "n_held_out": len(held),
             "tokens": sum(len(r.input_ids) for r in rows), "assistant_tokens": sum(sum(r.loss_mask) for r in rows)}
 
@@ -179,28 +185,34 @@ def _tokenize(v: Verifier, request: Request, out: Path, progress: bool) -> dict:
 def build_dataset(
     verifier: Verifier | str = "smollm2",
     out_dir: str | os.PathLike = "data",
-    n_conversations: int = 64,
+    n_conversations: int | None = 64,
     seq_length: int = 512,
     draft_vocab_size: int | None = None,
     seed: int = 0,
     held_out: int = 8,
     source: str | os.PathLike | None = None,
-    dtype: str = "float32",
+    dtype: str = "auto",
     device: str = "auto",
     batch_size: int = 4,
     aux_layer_ids: list[int] | None = None,
     progress: bool = True,
     overwrite: bool = False,
 ) -> DatasetInfo:
-    """Conversations -> verifier hidden states -> speculators' data directory (resumable; see the module doc)."""
-    validate.check_all({"dtype": dtype, "n_conversations": n_conversations, "seq_length": seq_length,
-                        "held_out": held_out, "batch_size": batch_size, "draft_vocab_size": draft_vocab_size})
+    """Conversations -> verifier hidden states -> speculators' data directory (resumable; see the module doc).
+
+    ``n_conversations`` None: every usable conversation of the source (after ``held_out``). ``dtype`` ``"auto"``:
+    bfloat16 on CUDA, float32 on a CPU (:func:`eagle3kit.device.resolve_dtype`). The verifier runs whole on one
+    ``device``."""
+    validate.check_all({"dtype": dtype, "seq_length": seq_length, "held_out": held_out, "batch_size": batch_size,
+                        "draft_vocab_size": draft_vocab_size})
+    if n_conversations is not None:  # None: all
+        validate.check("n_conversations", n_conversations, "e.g. `--n-conversations 64` or `--n-conversations all`.")
     v = resolve(verifier)
     text = v.text_config
     aux = resolve_aux_layer_ids(v, aux_layer_ids)
     check_draft_vocab_size(draft_vocab_size, text.vocab_size)
     device = resolve_device(device)
-    dtype = native_dtype(device) if dtype == "native" else dtype  # the verifier runs and stores in it
+    dtype = resolve_dtype(dtype, device)  # the verifier runs and stores in it
     out = Path(out_dir)
     request = Request(n_conversations=n_conversations, seq_length=seq_length, seed=seed, held_out=held_out,
                       source=str(Path(source).resolve()) if source is not None else None, dtype=dtype)
@@ -254,4 +266,6 @@ def build_dataset(
         files={"written": stats["written"], "skipped": len(state["done"]), "remade": len(state["bad"])},
         remade={str(hs.hs_path(hs_dir, i)): why for i, why in sorted(state["bad"].items())},
         tokens_per_s=stats.get("tokens_per_s"), draft_vocab_size=draft_vocab_size, coverage=cov,
+        source_conversations=c.get("source_conversations"),
+        device=(manifest.extraction or {}).get("device", device),
     )

@@ -23,7 +23,7 @@ from eagle3kit.data import hidden_states as hs
 from eagle3kit.data import vocab
 from eagle3kit.data.dataset import input_id_rows, prepared_elsewhere
 from eagle3kit.data.directory import DataDir, DataError
-from eagle3kit.device import native_dtype, resolve_device
+from eagle3kit.device import resolve_device, resolve_dtype
 from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
 from eagle3kit.verifier import Verifier, resolve
 
@@ -58,7 +58,7 @@ class FillInfo:
 
 
 def fill_hidden_states(verifier: Verifier | str, out_dir: str | os.PathLike, aux_layer_ids: list[int] | None = None,
-                       draft_vocab_size: int | None = None, dtype: str = "float32", device: str = "auto",
+                       draft_vocab_size: int | None = None, dtype: str = "auto", device: str = "auto",
                        batch_size: int = 4, progress: bool = True) -> FillInfo:
     """Write the hidden states of every row of the prepared dataset in ``out_dir`` (see the module doc).
     ``aux_layer_ids``: None for speculators' default ``[2, L//2, L-3]`` (its ``--target-layer-ids`` default)."""
@@ -72,7 +72,7 @@ def fill_hidden_states(verifier: Verifier | str, out_dir: str | os.PathLike, aux
     data = DataDir.open(out_dir)
     data.check_compatible(v)  # files an earlier run wrote must be this verifier's
     device = resolve_device(device)
-    dtype = native_dtype(device) if dtype == "native" else dtype
+    dtype = resolve_dtype(dtype, device)
     samples = input_id_rows(data.path)
     state, stats = hs.fill(v, data.hidden_states_dir, samples, aux, dtype, device, batch_size, progress)
     if not vocab.token_freq_path(data.path).exists():  # prepare-data skips it by default (--skip-token-freq)

@@ -39,7 +39,8 @@ def remake_command(data_dir: DataDir | str | os.PathLike) -> str:
         kwargs = ", ".join(f"{k}={v!r}" for k, v in {**settings, "aux_layer_ids": m.aux_layer_ids}.items())
         return f"build_dataset({verifier!r}, {str(data.path)!r}, {kwargs})  # from eagle3kit.data.dataset"
     args = ["eagle3kit", "data", "--out", str(data.path), "--verifier", verifier,
-            "--n-conversations", str(r.n_conversations), "--seq-length", str(r.seq_length),
+            "--n-conversations", "all" if r.n_conversations is None else str(r.n_conversations),
+            "--seq-length", str(r.seq_length),
             "--held-out", str(r.held_out), "--seed", str(r.seed), "--dtype", r.dtype]
     if r.source:
         args += ["--source", r.source]

@@ -55,7 +55,7 @@ def verifier_identity(v: Verifier) -> VerifierIdentity:
 class Request:
     """The settings a directory was made with (``build_dataset``'s arguments that shape its content)."""
 
-    n_conversations: int
+    n_conversations: int | None  # None: all the source's
     seq_length: int
     seed: int
     held_out: int

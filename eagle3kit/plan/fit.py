@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import warnings
@@ -22,9 +23,9 @@ def _free_bytes(path: str | os.PathLike) -> float:
 
 def run_problems(build, total_seq_len: int, loss_implementation: str, optimizer: str, epochs: int,
                  out_dir: str | os.PathLike, n_gpus: int = 8, fsdp: bool = False, gpu: str | None = None,
-                 attention: str = "simple_flex_attention") -> list[str]:
-    """Sentences saying what of a speculators run will not fit (GPU memory per rank; disk for the checkpoints it
-    keeps under ``out_dir``); empty when it fits."""
+                 attention: str = "simple_flex_attention", disk: bool = True) -> list[str]:
+    """Sentences saying what of a speculators run will not fit (GPU memory per rank; with ``disk``, disk for the
+    checkpoints it keeps under ``out_dir``); empty when it fits."""
     target = resolve_gpu(gpu or DEFAULT_GPU)
     d = draft_shape(build)
     step = memory.StepSettings(total_seq_len=total_seq_len, loss_implementation=loss_implementation,
@@ -38,7 +39,7 @@ def run_problems(build, total_seq_len: int, loss_implementation: str, optimizer:
                    f"GB usable on a {target.name} (`--gpu` names yours); use --total-seq-len {largest} or less"
                    + (", or the fused loss" if loss_implementation == "eager" else ""))
     checkpoint = memory.checkpoint_bytes(d, optimizer)
-    free = _free_bytes(out_dir)
+    free = _free_bytes(out_dir) if disk else math.inf
     if checkpoint * epochs > free:
         out.append(f"{epochs} checkpoints of {checkpoint / 1e9:.1f} GB each need {checkpoint * epochs / 1e9:.1f} GB "
                    f"under {out_dir}, but {free / 1e9:.1f} GB are free; use fewer --epochs or make room")

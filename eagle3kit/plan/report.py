@@ -18,7 +18,7 @@ import pandas as pd
 from eagle3kit.draft.config import DraftSpec, build_config
 from eagle3kit.errors import UserError
 from eagle3kit.plan import disk, memory, speedup, timing
-from eagle3kit.plan.commands import torchrun_command
+from eagle3kit.plan.commands import TOTAL_SEQ_LEN, torchrun_command
 from eagle3kit.plan.gpus import GPU, USABLE_FRACTION, resolve_gpu
 from eagle3kit.plan.shapes import DraftShape, VerifierShape, draft_shape, verifier_shape
 
@@ -90,7 +90,8 @@ class Plan:
             ("data generation", "verifier weights (bf16)", _bytes(self.verifier_weights), "counted"),
             ("data generation", f"{self.gpu.name} GPUs to hold them",
              str(math.ceil(self.verifier_weights / self.capacity)), "derived"),
-            ("time", f"data generation on {self.n_gpus} x {self.gpu.name} at {self.utilisation[0]:.0%}",
+            ("time", f"data generation (`eagle3kit data`: one device) on 1 x {self.gpu.name} at "
+                     f"{self.utilisation[0]:.0%}",
              _duration(self.data_seconds), "derived"),
             ("time", f"training {self.epochs} epochs on {self.n_gpus} x {self.gpu.name} at {self.utilisation[1]:.0%}",
              _duration(self.train_seconds), "derived"),
@@ -107,9 +108,10 @@ class Plan:
                        f"use total_seq_len <= {self.largest_seq_len}"
                        + (" or the fused loss" if self.step.loss_implementation == "eager" else ""))
         holders = math.ceil(self.verifier_weights / self.capacity)
-        if holders > self.n_gpus:
+        if holders > 1:
             out.append(f"the verifier's bf16 weights ({_bytes(self.verifier_weights)}) need {holders} {self.gpu.name} "
-                       f"GPUs for data generation, more than the {self.n_gpus} planned; plan more GPUs or a quantized "
+                       "GPUs, but `eagle3kit data` runs it on one device; generate the hidden states with speculators' "
+                       "vLLM pipeline (prepare-data + generate-offline-data, tensor parallel) or a quantized "
                        "checkpoint")
         if free_disk is not None and self.disk.total > free_disk:
             out.append(f"the hidden states need {_bytes(self.disk.total)} on disk but {_bytes(free_disk)} are free; "
@@ -130,7 +132,7 @@ def _duration(s: float) -> str:
 
 def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sample: float | None = None,
              data: str | None = None, draft_vocab_size: int | None = DEFAULT_DRAFT_VOCAB, ttt_steps: int = 3,
-             num_layers: int = 1, total_seq_len: int = 8192, loss_implementation: str = "fused",
+             num_layers: int = 1, total_seq_len: int = TOTAL_SEQ_LEN, loss_implementation: str = "fused",
              optimizer: str = "adamw", attention: str = "simple_flex_attention", gpu: str = "H100-80GB",
              gpus: int = 8, fsdp: bool = False, epochs: int = 20,
              data_utilisation: float = timing.DATA_UTILISATION,
@@ -174,7 +176,7 @@ def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sa
         other_loss=memory.loss_bytes(total_seq_len, dshape.draft_vocab_size, other, width, dshape.ttt_steps),
         largest_seq_len=memory.largest_fitting_seq_len(dshape, step, target.usable_bytes),
         verifier_weights=2 * vshape.params,
-        data_seconds=timing.seconds(data_flops, timing.Throughput(gpus, target.bf16_tflops, data_utilisation)),
+        data_seconds=timing.seconds(data_flops, timing.Throughput(1, target.bf16_tflops, data_utilisation)),
         train_seconds=timing.seconds(train_flops, timing.Throughput(gpus, target.bf16_tflops, train_utilisation)),
         checkpoint_bytes=memory.checkpoint_bytes(dshape, optimizer),
         utilisation=(data_utilisation, train_utilisation),
@@ -192,7 +194,7 @@ def _commands(p: Plan, build, data: str | None) -> list[str]:
     data_dir = data or "data"
     lines = [] if data else [
         f"eagle3kit data --verifier {verifier} --n-conversations {p.samples} --seq-length {p.step.total_seq_len}"
-        f"{vocab} --dtype bfloat16 --out {data_dir}"]
+        f"{vocab} --out {data_dir}"]
     lines.append(f"eagle3kit launch --data {data_dir} --ttt-steps {p.dshape.ttt_steps} --num-layers "
                  f"{p.dshape.num_layers}{vocab} --total-seq-len {p.step.total_seq_len} --optimizer {p.step.optimizer} "
                  f"--epochs {p.epochs} --gpus {p.n_gpus}{' --fsdp' if p.step.shards > 1 else ''} --gpu {p.gpu.name} "

@@ -3,8 +3,11 @@
 The YAML states every value that defines the run (draft shape, data, loss, optimizer, schedule) explicitly, is
 validated by speculators' ``TrainConfig`` (the same resolution ``speculators train --config`` uses), and runs on N
 GPUs with ``torchrun --nproc_per_node=N -m speculators.train --config run.yaml`` (``--fsdp-shard`` to shard with
-FSDP2). :func:`dry_run` runs ``speculators train --dry-run`` on it here, on the CPU, and :func:`round_trip` compares
-the ``config.json`` it writes with eagle3kit's own draft, field by field.
+FSDP2; several nodes rendezvous through c10d). Paths may be written as the cluster sees them (``cluster_data``,
+``cluster_save``, a cluster verifier) while the run is checked here with the local ones (:attr:`LaunchPlan.local`).
+:func:`cluster_settings` gives a GPU run speculators' own packed length instead of a CPU session's. :func:`dry_run`
+runs ``speculators train --dry-run`` on it here, on the CPU, and :func:`round_trip` compares the ``config.json`` it
+writes with eagle3kit's own draft, field by field.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pandas as pd
@@ -33,24 +36,27 @@ from eagle3kit.errors import UserError
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.draft.model import save_draft
 from eagle3kit.masks.eagle_mask import check_block_size
-from eagle3kit.plan.commands import torchrun_command
+from eagle3kit.plan.commands import TOTAL_SEQ_LEN, check_rendezvous, torchrun_command
 from eagle3kit.plan.fit import warn_if_not_fitting
 from eagle3kit.train.loop import optimizer_args
+from eagle3kit.train.settings import TrainSettings
 
 # Why eagle3kit writes a value that differs from the speculators CLI default (the explanation table shows them).
 _WHY = {
     "optimizer": "the session's optimizer (TrainSettings.optimizer: eagle3kit defaults to AdamW, the speculators CLI "
                  "to Muon + AdamW)",
     "muon_lr": "the Muon group's LR written out (speculators resolves unset to lr)",
-    "total_seq_len": "the run's packed length, chosen small enough for a CPU session",
-    "seed": "the session's seed (packing order and draft init)",
+    "total_seq_len": "the packed length asked for (--total-seq-len); without it a GPU run gets speculators' default",
+    "seed": "eagle3kit's seed (TrainSettings.seed, 0 unless --seed): a TrainSession or `eagle3kit rehearse` with it "
+            "packs and initialises the same",
     "on_missing": "the data directory is complete (made by the HF verifier); no vLLM server generates on demand",
     "draft_vocab_size": "the pruned draft vocab of the data directory's d2t/t2d",
     "target_layer_ids": "the aux layers the data directory was made with",
-    "verifier_name_or_path": "the local verifier directory; edit it for the cluster",
-    "data_path": "the data directory made by notebook 04 / eagle3kit.data.dataset; copy it to the cluster",
-    "save_path": "where speculators writes checkpoints",
-    "log_dir": "where speculators writes logs",
+    "verifier_name_or_path": "this machine's verifier directory: the cluster needs it at this path (else "
+                             "--cluster-verifier)",
+    "data_path": "this machine's data directory: the cluster needs it at this path (else --cluster-data)",
+    "save_path": "this machine's path under --out: the cluster writes checkpoints there (else --cluster-save)",
+    "log_dir": "beside the checkpoints (save_path/logs)",
     "num_workers": "dataloader workers per GPU; the small data sets here need few",
     "max_steps": "the session's step budget (also the LR schedule's horizon)",
     "lr": "the session's learning rate",
@@ -64,8 +70,12 @@ class LaunchPlan:
 
     config: Any  # speculators.train.config.TrainConfig
     yaml_path: Path
-    n_gpus: int
+    n_gpus: int  # per node
     fsdp: bool
+    nodes: int = 1
+    rdzv_endpoint: str | None = None
+    # flat fields the YAML writes as the cluster sees them -> this machine's value (the dry run uses these)
+    local: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def yaml(self) -> str:
@@ -73,7 +83,25 @@ class LaunchPlan:
 
     @property
     def command(self) -> str:
-        return torchrun_command(self.yaml_path, self.n_gpus, self.fsdp)
+        return torchrun_command(self.yaml_path, self.n_gpus, self.fsdp, self.nodes, self.rdzv_endpoint)
+
+    @property
+    def local_data_path(self) -> str:
+        return self.local.get("data_path", self.config.data.data_path)
+
+
+_CLUSTER_WHY = {  # why, when the YAML holds the cluster's path (LaunchPlan.local has this machine's)
+    "verifier_name_or_path": "the verifier as the cluster sees it (--cluster-verifier)",
+    "data_path": "the data directory as the cluster sees it (--cluster-data); copy it there",
+    "save_path": "where the cluster writes checkpoints (--cluster-save)",
+    "log_dir": "beside the cluster's checkpoints (save_path/logs)",
+}
+
+
+def cluster_settings(**given: Any) -> TrainSettings:
+    """The settings of a GPU run: ``given`` (the options passed), speculators' own ``total_seq_len`` unless given
+    (not a CPU session's shorter one), resolved for CUDA."""
+    return TrainSettings(**{"total_seq_len": TOTAL_SEQ_LEN, **given}).resolved("cuda")
 
 
 def flat_config(build: DraftBuild, settings, data_dir: str | os.PathLike, save_path: str | os.PathLike,
@@ -127,21 +155,37 @@ def validate_yaml(path: str | os.PathLike):
 
 
 def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir: str | os.PathLike,
-               n_gpus: int = 8, fsdp: bool = False, gpu: str | None = None, **options: Any) -> LaunchPlan:
+               n_gpus: int = 8, fsdp: bool = False, gpu: str | None = None, nodes: int = 1,
+               rdzv_endpoint: str | None = None, cluster_data: str | None = None, cluster_save: str | None = None,
+               **options: Any) -> LaunchPlan:
     """Write ``out_dir/run.yaml`` (atomically), validate it with speculators' ``TrainConfig``, return the plan.
 
-    ``options`` go to :func:`flat_config` (attention, dtype, loss implementation, workers, verifier path). Before
-    anything is written, a run that will not fit a ``gpu`` (a name of :data:`eagle3kit.plan.gpus.GPUS`; default an
-    H100-80GB) or the disk under ``out_dir`` is warned about (:mod:`eagle3kit.plan.fit`).
+    ``n_gpus`` ranks on each of ``nodes`` nodes (several: a c10d rendezvous at ``rdzv_endpoint``). ``cluster_data``
+    / ``cluster_save``: the data directory and checkpoint folder as the cluster sees them, written into the YAML
+    instead of this machine's paths (``data_dir``, ``out_dir/checkpoints``). ``options`` go to :func:`flat_config`
+    (attention, dtype, loss implementation, workers, ``verifier``: its path on the cluster). Before anything is
+    written, a run that will not fit a ``gpu`` (a name of :data:`eagle3kit.plan.gpus.GPUS`; default an H100-80GB),
+    with FSDP sharded over all ``nodes x n_gpus`` ranks, or the disk under ``out_dir`` (when the checkpoints land
+    there) is warned about (:mod:`eagle3kit.plan.fit`).
     """
     validate.check("n_gpus", n_gpus, "e.g. `--gpus 8`.")
+    check_rendezvous(nodes, rdzv_endpoint)
     attn = options.get("attn_implementation", "simple_flex_attention")
     if attn == "simple_flex_attention":
         check_block_size(settings.total_seq_len, draft_ttt_steps(build.config))
     warn_if_not_fitting(build, settings.total_seq_len, options.get("loss_implementation", "fused"), settings.optimizer,
-                        settings.epochs, out_dir, n_gpus=n_gpus, fsdp=fsdp, gpu=gpu, attention=attn)
+                        settings.epochs, out_dir, n_gpus=n_gpus * nodes, fsdp=fsdp, gpu=gpu, attention=attn,
+                        disk=cluster_save is None)
     out = Path(out_dir)
     flat = flat_config(build, settings, data_dir, out / "checkpoints", **options)
+    local = {}
+    if options.get("verifier"):
+        local["verifier_name_or_path"] = build.verifier.require_path()
+    if cluster_data:
+        local["data_path"], flat["data_path"] = flat["data_path"], cluster_data
+    if cluster_save:
+        local.update(save_path=flat["save_path"], log_dir=flat["log_dir"])
+        flat["save_path"], flat["log_dir"] = cluster_save, str(PurePosixPath(cluster_save) / "logs")
     if getattr(settings, "warm_start_layer", None) is not None:  # speculators starts from these weights
         flat["from_pretrained"] = str(write_warm_start(build, data_dir, out / "warm_start",
                                                        settings.warm_start_layer, settings.seed).resolve())
@@ -150,7 +194,7 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     flat = {k: v for k, v in flat.items() if v is not None}
     path = out / "run.yaml"
     write_text(path, yaml.safe_dump({"train": nest_flat(flat)}, sort_keys=False, default_flow_style=False))
-    return LaunchPlan(validate_yaml(path), path, n_gpus, fsdp)
+    return LaunchPlan(validate_yaml(path), path, n_gpus, fsdp, nodes, rdzv_endpoint, local)
 
 
 def explain_plan(plan: LaunchPlan) -> pd.DataFrame:
@@ -161,8 +205,9 @@ def explain_plan(plan: LaunchPlan) -> pd.DataFrame:
     for key, value in written.items():
         default = defaults.get(key)
         same = value == default
+        why = _CLUSTER_WHY if key in plan.local else _WHY
         rows.append({"field": key, "value": _short(value), "speculators default": _short(default),
-                     "differs": "" if same else "yes", "why": "" if same else _WHY.get(key, "the session's setting")})
+                     "differs": "" if same else "yes", "why": "" if same else why.get(key, "the session's setting")})
     return pd.DataFrame(rows)
 
 
@@ -199,6 +244,9 @@ def dry_run(plan: LaunchPlan, out_dir: str | os.PathLike, timeout: float = 600) 
     out = Path(out_dir).resolve()
     cmd = [sys.executable, "-m", "speculators.train", "--config", str(plan.yaml_path), "--dry-run",
            "--save-path", str(out), "--log-dir", str(out / "logs")]
+    for key, value in plan.local.items():  # this machine's data and verifier where the YAML names the cluster's
+        if key not in ("save_path", "log_dir"):  # the dry run writes into out_dir
+            cmd += [f"--{key.replace('_', '-')}", value]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     if proc.returncode != 0 or not (out / "config.json").exists():
@@ -239,5 +287,5 @@ def round_trip(build: DraftBuild, plan: LaunchPlan, out_dir: str | os.PathLike, 
     (``model``: eagle3kit's draft if already built, e.g. ``TrainSession.model``)."""
     saved = dry_run(plan, out_dir)
     theirs = json.loads((saved / "config.json").read_text())
-    ours = eagle3kit_config_json(build, plan.config.data.data_path, plan.config.data.hidden_states_dtype, model)
+    ours = eagle3kit_config_json(build, plan.local_data_path, plan.config.data.hidden_states_dtype, model)
     return compare_configs(ours, theirs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from eagle3kit.device import native_dtype, warn_if_bf16_emulated
+from eagle3kit.device import resolve_dtype, warn_if_bf16_emulated
 
 
 @dataclasses.dataclass
@@ -38,8 +38,7 @@ class TrainSettings:
 
     def resolved(self, device: str) -> TrainSettings:
         cpu = not device.startswith("cuda")
-        dtype = {"auto": "float32" if cpu else "bfloat16", "native": native_dtype(device)}.get(
-            self.hidden_states_dtype, self.hidden_states_dtype)
+        dtype = resolve_dtype(self.hidden_states_dtype, device)
         impl = self.loss_implementation if self.loss_implementation != "auto" else ("eager" if cpu else "fused")
         if cpu and dtype == "bfloat16":  # faster on CPUs with native bf16, not bit-exact; much slower elsewhere
             warn_if_bf16_emulated("hidden_states_dtype='bfloat16'", "use hidden_states_dtype='auto' (`--hidden-"

@@ -80,7 +80,8 @@ def preempt(yaml: str | os.PathLike, out: str | os.PathLike, ranks: int = 2, fsd
         raise UserError(f"checkpoint_step={checkpoint_step}: use a step between 1 and {steps - 2}, so the run is "
                         "killed after a checkpoint and before its end.")
     out = Path(out)
-    every = {"checkpoint_freq": checkpoint_freq(checkpoint_step, epoch_batches(validate_yaml(yaml).flatten(), ranks))}
+    run = {**validate_yaml(yaml).flatten(), **options.get("extra", {})}  # the flags win, as in speculators
+    every = {"checkpoint_freq": checkpoint_freq(checkpoint_step, epoch_batches(run, ranks))}
     kw = {"ranks": ranks, "fsdp": fsdp, "steps": steps, **options, "extra": {**options.get("extra", {}), **every}}
     whole = rehearse(yaml, out / "uninterrupted", **kw)
     killed = rehearse(yaml, out / "preempted", preempt_at_step=checkpoint_step + 1, preempt_rank=ranks - 1, **kw)

@@ -92,6 +92,7 @@ def overrides_table(yaml: str | os.PathLike, flags: dict[str, Any]) -> pd.DataFr
     flat = validate_yaml(yaml).flatten()
     why = {"num_workers": "data-loader workers per rank (0: batches made in the rank's own process)",
            "max_steps": "the rehearsal's step budget", "epochs": EXTRA_STEP_PER_EPOCH,
+           "data_path": "this machine's copy of the data (--data)",
            **{k: v for k, (_, v) in CPU_CANNOT.items()}}
     return pd.DataFrame([{"field": k, "YAML": flat.get(k), "rehearsed with": v, "why": why.get(k, "asked for")}
                          for k, v in flags.items() if flat.get(k) != v], columns=["field", "YAML", "rehearsed with",
@@ -107,6 +108,20 @@ def overrides(config, steps: int | None, num_workers: int, here_cpu: bool) -> di
     if here_cpu:
         out.update({k: v for k, (v, _) in CPU_CANNOT.items() if flat.get(k) != v})
     return out
+
+
+def local_data(yaml: str | os.PathLike, data: str | os.PathLike | None) -> dict[str, str]:
+    """The ``data_path`` flag of a rehearsal told this machine's copy of the data (``data``), else nothing; a YAML
+    whose data_path is not a folder here (the cluster's) is refused, naming ``--data``."""
+    from eagle3kit.train.launch import validate_yaml  # lazy: speculators' config schema
+
+    if data is not None:
+        return {"data_path": str(Path(data).resolve())}
+    path = validate_yaml(yaml).data.data_path
+    if not Path(path).is_dir():
+        raise UserError(f"{yaml} trains on data_path {path}, not a folder on this machine (the cluster's?); rehearse "
+                        "it on this machine's copy with `--data DIR`.")
+    return {}
 
 
 def flags_for(yaml: str | os.PathLike, steps: int | None = 3, num_workers: int = 0,
