@@ -178,7 +178,7 @@ def test_served_command_answers_an_openai_client_and_stops_clean(untrained, smol
     assert {"--enforce-eager", "--host"} <= set(argv) and argv[argv.index("--dtype") + 1] == "float32"
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
         "method": "eagle3", "model": str(untrained.resolve()), "num_speculative_tokens": K}
-    with served(untrained, smollm2.path, K) as url:
+    with served(untrained, smollm2.path, K, short=True) as url:  # served as the README serves it: `vllm serve DRAFT`
         children = psutil.Process().children(recursive=True)
         assert children
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import socket
 import tempfile
@@ -18,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from eagle3kit.evaluate.export import serve_line
 from eagle3kit.evaluate.vllm.env import VllmError, vllm_python
 from eagle3kit.evaluate.vllm.serve import _launch, _stop_group, _tail, serve_command
 
@@ -31,8 +33,10 @@ def _free_port(host: str) -> int:
 @contextlib.contextmanager
 def served(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None = None, k: int | None = None,
            timeout: float = 600.0, venv: str | os.PathLike | None = None,
-           log_path: str | os.PathLike | None = None) -> Iterator[str]:
+           log_path: str | os.PathLike | None = None, short: bool = False) -> Iterator[str]:
     """Run :func:`serve_command` on a free port of 127.0.0.1 until ``/health`` answers; yield the base URL.
+    ``short``: as ``vllm serve DRAFT`` (:func:`~eagle3kit.evaluate.export.serve_line`, the README's line: vLLM reads
+    the verifier and k from the draft's config) with the same CPU options.
 
     On exit the server's whole process group is stopped (SIGTERM, then SIGKILL); its log is kept only at
     ``log_path`` (a failure to start quotes the log's tail in the error).
@@ -40,6 +44,8 @@ def served(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None 
     python = vllm_python(venv)
     port = _free_port("127.0.0.1")
     argv = serve_command(draft_dir, verifier_dir, k, port)
+    if short:  # the verifier and the --speculative-config pair give way to the draft alone
+        argv = shlex.split(serve_line(draft_dir)) + argv[argv.index("--speculative-config") + 2:]
     argv[0] = str(python.parent / "vllm")
     with _running(argv, port, timeout, log_path) as url:
         yield url

@@ -62,6 +62,11 @@ def files(path: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def serve_line(path: str | os.PathLike) -> str:
+    """``vllm serve DRAFT``: vLLM reads the verifier, the method and the speculative tokens from the draft's config."""
+    return shlex.join(["vllm", "serve", str(Path(path).absolute())])
+
+
 def vllm_commands(path: str | os.PathLike, k: int | None = None, verifier: str | os.PathLike | None = None
                   ) -> dict[str, str]:
     """How to serve the exported draft with vLLM.
@@ -73,5 +78,5 @@ def vllm_commands(path: str | os.PathLike, k: int | None = None, verifier: str |
     :class:`~eagle3kit.evaluate.vllm.serve.VllmInputError` saying why.
     """
     path = Path(path).resolve()
-    return {"short": shlex.join(["vllm", "serve", str(path)]),
+    return {"short": serve_line(path),
             "long": serve.shell_command(serve.serve_command(path, verifier, k))}
