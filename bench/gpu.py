@@ -1,6 +1,6 @@
 """Everything eagle3kit says about the GPU run, checked in one command (runs on a CPU as far as a CPU allows).
 
-    python bench/gpu.py --out DIR [--budget-s 480] [--steps 8]     # the run (see docs/benchmarks.md, "Checking eagle3kit itself on a GPU")
+    python bench/gpu.py --out DIR [--budget-s 480] [--steps 8]     # the run (docs/benchmarks.md)
     python bench/gpu.py --prepare                                    # here, once: .gpu/ for the device's carry
 
 Stages, each guarded (a failure is a row, the next stage runs) and each with its share of ``--budget-s``:

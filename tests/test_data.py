@@ -196,7 +196,7 @@ def test_bad_hidden_state_files_are_named_with_the_command_that_remakes_them(tmp
     with pytest.raises(DataError, match="hs_1"):
         make_loader(out, 256)  # what training reads checks every file before the first step
     assert main(shlex.split(command)[1:] + ["--verify", "0"]) == 0
-    remade = json.loads(capsys.readouterr().out.split("\n\nTrain on it")[0])
+    remade = json.JSONDecoder().raw_decode(capsys.readouterr().out)[0]
     assert remade["files"] == {"written": 3, "skipped": 1, "remade": 3}
     assert list(remade["remade"]) == [str(hs0), str(hs1), str(hs2)] and "non-finite" in remade["remade"][str(hs0)]
     assert [p.read_bytes() for p in (hs0, hs1, hs2)] == good and bad_files(out) == {}

@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from eagle3kit.cli import main
 from eagle3kit.data.conversations import read_sharegpt, write_jsonl
