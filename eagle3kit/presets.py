@@ -3,7 +3,8 @@
 A notebook parameter named like a field of :class:`DraftSpec` or :class:`TrainSettings` (``verifier``, ``ttt_steps``,
 ``lr``, ``total_seq_len`` ...) starts from that field's default (:func:`typed_defaults`); ``NOTEBOOKS[nn][preset]``
 holds only what a preset sets otherwise. The runner passes a notebook only the names its ``parameters`` cell declares,
-plus ``workdir`` (the run's shared folder).
+plus ``workdir`` (the run's shared folder). Notebooks 05 and 06 train on notebook 04's data; without it they share
+one small set whose size has one home, :data:`eagle3kit.notebook.SMALL_DATA`.
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                  "batch_size": 4, "dtype": "native", "regenerate_tokens": 96, "regenerate_prompt_tokens": 128},
     },
     "05": {
-        "ci": {"n_conversations": 8, "seq_length": 192, "draft_vocab_size": 2048, "total_seq_len": 384,
-               "max_steps": 40, "warm_start_layer": -1,
+        "ci": {"total_seq_len": 384, "max_steps": 40, "warm_start_layer": -1,
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                "rehearse_ranks": 2, "rehearse_steps": 3},
         # demo training budget, shared with 06 (which resumes this session): 120 steps here + 120 in 06 = the 240-step
@@ -52,18 +52,15 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         # AVX512-BF16 EPYC, ~1.4x float32; 3-5 s a step in float32 on an AVX2-only one). 100 steps reached tau 1.11,
         # 300 steps 1.35 (ttt_steps 1 and 2 measured no better per minute at k = 3).
         # The draft starts from the verifier's last layer (eagle3kit.draft.warm_start; bench/warm_start.py measures it).
-        "demo": {"n_conversations": 64, "seq_length": 1024, "draft_vocab_size": 2048,
-                 "lr": 2e-3, "max_steps": 240, "warm_start_layer": -1, "hidden_states_dtype": "native",
+        "demo": {"lr": 2e-3, "max_steps": 240, "warm_start_layer": -1, "hidden_states_dtype": "native",
                  "first_steps": 3, "run_steps": 117, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                  "rehearse_ranks": 2, "rehearse_steps": 8},
     },
     "06": {
-        "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_conversations": 8,
-               "seq_length": 256, "draft_vocab_size": 2048, "n_prompts": 2, "max_new_tokens": 24,
+        "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_prompts": 2, "max_new_tokens": 24,
                "max_prompt_tokens": 64, "k": 0, "vllm_check": False},
         # demo: `make demo` installs vLLM's CPU build first (`make vllm`), so the export is checked in real vLLM
-        "demo": {"resume_from_05": True, "train_steps": 120, "lr": 2e-3, "n_conversations": 64,
-                 "seq_length": 1024, "draft_vocab_size": 2048, "n_prompts": 16, "n_decode_prompts": 4,
+        "demo": {"resume_from_05": True, "train_steps": 120, "lr": 2e-3, "n_prompts": 16, "n_decode_prompts": 4,
                  "max_new_tokens": 64,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
     },

@@ -57,23 +57,19 @@ workdir = "../runs/interactive/work"
 
 # %%
 import time
-from pathlib import Path
 
-import pandas as pd
 import torch
 
 from eagle3kit.draft import config as dc
 from eagle3kit.draft import report
 from eagle3kit.draft.idea import plot_idea
-from eagle3kit.draft.model import build_model
+from eagle3kit.draft.model import build_model, forward_random
+from eagle3kit.notebook import DRAFT_CONFIG, setup
 from eagle3kit.runner import record_summary
 
 # %matplotlib inline
 
-pd.set_option("display.max_colwidth", 120)
-torch.manual_seed(seed)
-workdir = Path(workdir)
-workdir.mkdir(parents=True, exist_ok=True)
+workdir = setup(workdir, seed=seed)
 
 # %% [markdown]
 # The picture, with the numbers of the draft this notebook builds: the aux layers it reads, its layer count, its
@@ -105,8 +101,7 @@ report.explain(build, draft)
 # %%
 counts = report.parameter_counts(draft)
 print({k: f"{v:,}" for k, v in counts.items()})
-weights = (draft.embed_tokens.weight, draft.lm_head.weight)
-assert not any(torch.isnan(p).any() for p in weights), "verifier weights missing"
+assert report.verifier_weights_loaded(draft), "verifier weights missing"
 report.memory_footprint(draft, torch.float32)
 
 # %% [markdown]
@@ -116,14 +111,8 @@ report.memory_footprint(draft, torch.float32)
 # against what the installed transformers and speculators register. Notebook 02 measures each backend.
 
 # %%
-rows = []
-for device in ("cpu", "cuda"):
-    for training in (True, False):
-        choice = dc.resolve_attention("auto", device, training)
-        rows.append({"device": device, "training": training, "implementation": choice.implementation,
-                     "why": choice.reason})
 print("registered here:", dc.registered_attention_implementations())
-pd.DataFrame(rows)
+report.attention_choices()
 
 # %% [markdown]
 # ## A draft for a model you cannot load here: Kimi-K2.5
@@ -149,12 +138,10 @@ report.memory_footprint(kimi_draft, torch.bfloat16)
 # writes and published figures (`bench/plan.py`).
 
 # %%
-from eagle3kit.plan import plan_figure, plan_run
+from eagle3kit.plan import compare_plans, plan_figure, plan_run
 
 plans = [plan_run(name, samples=plan_samples, gpu=plan_gpu) for name in ("llama-3.1-8b", "qwen3-8b", "kimi-k2.5")]
-summary = pd.DataFrame({p.verifier: p.table().set_index("item")["value"] for p in plans})
-summary.insert(0, "kind", plans[0].table().set_index("item")["kind"])
-display(summary)
+display(compare_plans(plans))
 print("\n".join(["Commands for the Llama-3.1-8B run:", *plans[0].commands]))
 print("\n".join(["Assumptions:", *plans[0].assumptions]))
 
@@ -168,21 +155,12 @@ plan_figure(plans)
 # and document ids for packing. With no targets it returns the draft tokens of each TTT step.
 
 # %%
-n_aux = len(build.aux_layer_ids)
-hidden = build.config.transformer_layer_config.hidden_size
-hidden_states = torch.randn(1, forward_tokens, n_aux * hidden)
-input_ids = torch.randint(0, build.config.transformer_layer_config.vocab_size, (1, forward_tokens))
-document_ids = torch.zeros(1, forward_tokens, dtype=torch.long)
-t0 = time.perf_counter()
-with torch.no_grad():
-    draft_tokens = draft(hidden_states=hidden_states, input_ids=input_ids, document_ids=document_ids,
-                         ttt_steps=ttt_steps)
-seconds = time.perf_counter() - t0
+draft_tokens, seconds = forward_random(draft, build, forward_tokens)
 print(f"{len(draft_tokens)} TTT steps, each {tuple(draft_tokens[0].shape)}; {forward_tokens / seconds:.0f} tokens/s")
 print("first draft tokens per step:", [t[0, :6].tolist() for t in draft_tokens])
 
 # %%
-saved = dc.save_config(build, workdir / "draft_config")
+saved = dc.save_config(build, workdir / DRAFT_CONFIG)
 print("draft config written to", saved / "config.json")
 record_summary(workdir, "01", trainable_params=counts["trainable"], attn=build.attention.implementation,
                forward_tokens_per_s=round(forward_tokens / seconds))

@@ -41,33 +41,22 @@ seed = 0
 workdir = "../runs/interactive/work"
 
 # %%
-from pathlib import Path
-
-import pandas as pd
 import torch
 
-from speculators.models.eagle3 import Eagle3DraftModel
-
-from eagle3kit.doctor import probe
+from eagle3kit.doctor import live, probe
 from eagle3kit.doctor import seed as story
-from eagle3kit.doctor.attention_checks import SET_ATTN
 from eagle3kit.device import resolve_device
-from eagle3kit.doctor.catalogue import catalogue_frame, demonstrate
-from eagle3kit.doctor.checks import check
+from eagle3kit.doctor.catalogue import catalogue_frame
 from eagle3kit.doctor.plots import plot_timings
-from eagle3kit.doctor.probe_worker import make_batch
-from eagle3kit.doctor.verdict import probe_row, recommendations
+from eagle3kit.doctor.verdict import (probe_row, recommendation_lines, recommendations, setting_configs,
+                                      speed_ratios)
 from eagle3kit.doctor.verdict import story as settings_table
-from eagle3kit.draft.config import with_attention
-from eagle3kit.logs import quiet
+from eagle3kit.notebook import setup
 from eagle3kit.runner import record_summary
 
 # %matplotlib inline
 
-pd.set_option("display.max_colwidth", 110)
-torch.manual_seed(seed)
-workdir = Path(workdir)
-workdir.mkdir(parents=True, exist_ok=True)
+workdir = setup(workdir, seed=seed)
 device = resolve_device("auto")
 print("device:", device, "| torch", torch.__version__)
 replay = story.SeedReplay(verifier, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed, device=device)
@@ -140,11 +129,8 @@ story.table(steps)
 # multiple of 128.
 
 # %%
-odd = seq_len + 44
-extra = [probe.Cell("unset", mode, seq_len, ttt_steps) for mode in probe.MODES] + [
-    probe.Cell("simple_flex_attention", "forward", odd, ttt_steps), probe.Cell("sdpa", "forward", odd, ttt_steps)]
 matrix = probe.probe(verifier=verifier, device=device, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed,
-                     timeout_s=probe_timeout, extra_cells=extra, repeats=repeats,
+                     timeout_s=probe_timeout, extra_cells=live.extra_cells(seq_len, ttt_steps), repeats=repeats,
                      draft_vocab_size=draft_vocab_size or None)
 matrix.drop(columns=["loss"])
 
@@ -159,10 +145,7 @@ fig
 # consumes, the probe's outcome without and with gradients, and the doctor's errors (training on this device).
 
 # %%
-configs = {label: with_attention(replay.config, impl) for label, impl in
-           {"unset": None, "sdpa": "sdpa", "flex_attention": "flex_attention",
-            "simple_flex_attention": "simple_flex_attention"}.items()}
-settings_table(configs, matrix, device=device, seq_len=seq_len)
+settings_table(setting_configs(replay.config), matrix, device=device, seq_len=seq_len)
 
 # %% [markdown]
 # ## 7 · Recommended setting
@@ -172,17 +155,11 @@ settings_table(configs, matrix, device=device, seq_len=seq_len)
 # few percent is noise). The CUDA recommendation is measured only when this machine has a GPU.
 
 # %%
-ran = matrix[(matrix.status == "ok") & (matrix.seq_len == seq_len) & (matrix.backend != "unset")]
-speed = ran.pivot(index="backend", columns="mode", values="seconds")
-(speed / speed.loc["eager"]).round(2).rename(columns=lambda m: f"{m} (x eager)")
+speed_ratios(matrix, seq_len)
 
 # %%
 rec = recommendations(matrix, device)
-if not device.startswith("cuda"):
-    print("skipped: no CUDA (the CUDA row is not measured on this machine; the doctor's rule for CUDA is "
-          f"{SET_ATTN.format(impl='simple_flex_attention')!r})")
-for what, impl in rec.items():
-    print(f"{what:15s} -> {SET_ATTN.format(impl=impl) if impl else 'no backend ran and matched eager'}")
+print("\n".join(recommendation_lines(rec, device)))
 
 # %%
 sdpa = probe_row(matrix, "sdpa", "forward+backward")
@@ -210,36 +187,13 @@ print(f"{len(catalogue)} rows in {catalogue.section.nunique()} sections of docs/
 catalogue
 
 # %% [markdown]
-# Two rows broken live, on the draft of this notebook. `verifier-weights-nan`: the draft is built but
+# Two rows broken live, on the draft of this notebook (`eagle3kit.doctor.live`). `verifier-weights-nan`: the draft is built but
 # `load_verifier_weights()` is forgotten, so speculators' NaN placeholders for the verifier's embedding, lm_head and
 # norm stay. `block-size-128`: speculators' flex path on a batch whose length is not a multiple of 128. The doctor
 # reads each artifact without running it; then the artifact runs and what it does is caught and printed.
 
 # %%
-unloaded = Eagle3DraftModel(with_attention(replay.config, "sdpa")).to(device)  # load_verifier_weights() forgotten
-
-
-def unloaded_step() -> str:
-    with torch.no_grad(), quiet():
-        _tokens, loss, _ = unloaded(**replay.batch, ttt_steps=ttt_steps, loss_config=replay.loss_config)
-    return f"a no-grad step gives loss {float(loss):.4g}"
-
-
-print(demonstrate("verifier-weights-nan", check(unloaded, device=device, training=False, loss="eager"),
-                  unloaded_step))
+print(live.forgotten_verifier_weights(replay))
 
 # %%
-odd_len = seq_len + 44
-flex = replay.model("simple_flex_attention")
-tl = replay.config.transformer_layer_config
-odd_batch = make_batch(odd_len, len(replay.build.aux_layer_ids), tl.hidden_size, tl.vocab_size, seed, device)
-
-
-def odd_step() -> str:
-    with torch.no_grad(), quiet():
-        _tokens, loss, _ = flex(**odd_batch, ttt_steps=ttt_steps, loss_config=replay.loss_config)
-    return f"a no-grad step of {odd_len} tokens gives loss {float(loss):.4g}"
-
-
-print(demonstrate("block-size-128", check(flex, device=device, training=False, loss="eager", seq_len=odd_len,
-                                          ttt_steps=ttt_steps), odd_step))
+print(live.flex_at_odd_length(replay))

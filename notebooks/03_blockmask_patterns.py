@@ -44,24 +44,21 @@ workdir = "../runs/interactive/work"
 # %%
 # %matplotlib inline
 import time
-from pathlib import Path
 
 import pandas as pd
-import torch
 from IPython.display import display
 
 from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.explorer import MaskExplorer
 from eagle3kit.data.layouts import pack, sharegpt_lengths
-from eagle3kit.masks.stats import check_equivalence, stats
-from eagle3kit.masks.eagle_mask import COMPILE_ABOVE, MaskInputError, build_mask
+from eagle3kit.masks.refusals import verdicts
+from eagle3kit.masks.stats import equivalence, stats
+from eagle3kit.masks.eagle_mask import COMPILE_ABOVE, build_mask
+from eagle3kit.notebook import setup
 from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
 
-torch.manual_seed(seed)
-torch.set_num_threads(2)
-workdir = Path(workdir)
-workdir.mkdir(parents=True, exist_ok=True)
+workdir = setup(workdir, seed=seed)
 
 # %% [markdown]
 # ## A packed batch of ShareGPT conversations
@@ -89,8 +86,7 @@ mask_plots.plot_layout_thumbnail(mask.document_ids, ttt_steps, mask=mask)
 mask_plots.plot_token_mask(mask)
 
 # %%
-first_boundary = packed[0]
-zoom = (max(0, first_boundary - 96), first_boundary + 96, max(0, first_boundary - 96), first_boundary + 96)
+zoom = mask_plots.around(packed[0])
 print("zoom on the first document boundary, tokens", zoom[:2])
 mask_plots.plot_token_mask(mask, region=zoom)
 
@@ -124,8 +120,7 @@ mask_plots.plot_stats(mask, table)
 
 # %%
 windowed = build_mask(packed, total_seq_len, ttt_steps, sliding_window)
-display(mask_plots.plot_token_mask(windowed, region=(0, min(total_seq_len, 4 * sliding_window), 0,
-                                                     min(total_seq_len, 4 * sliding_window))))
+display(mask_plots.plot_token_mask(windowed, region=mask_plots.corner(total_seq_len, 4 * sliding_window)))
 pd.DataFrame({"full attention": stats(mask)["attended_pairs"],
               f"window {sliding_window}": stats(windowed)["attended_pairs"]})
 
@@ -137,11 +132,7 @@ pd.DataFrame({"full attention": stats(mask)["attended_pairs"],
 # what flex reads from the BlockMask, for a packed layout and its sliding-window variant.
 
 # %%
-small = pack(lengths, check_seq_len)
-checks = pd.concat([
-    check_equivalence(build_mask(small, check_seq_len, ttt_steps)).assign(window="off"),
-    check_equivalence(build_mask(small, check_seq_len, ttt_steps, sliding_window)).assign(window=sliding_window),
-])
+checks = equivalence(pack(lengths, check_seq_len), check_seq_len, ttt_steps, sliding_window)
 assert checks["equal_to_flex"].all(), checks
 print(f"{len(checks)} comparisons, all equal: {bool(checks['equal_to_flex'].all())}")
 checks
@@ -154,18 +145,7 @@ checks
 # is fine without extension.
 
 # %%
-for label, kwargs in [
-    ("lengths past total_seq_len", dict(lengths=[2000, 1500], total_seq_len=3072)),
-    ("an empty document", dict(lengths=[300, 0, 200], total_seq_len=1024)),
-    ("total_seq_len 300 with 3 TTT steps", dict(lengths=[200, 100], total_seq_len=300)),
-    ("64 tokens with 3 TTT steps", dict(lengths=[64], total_seq_len=64)),
-    ("64 tokens with 1 TTT step", dict(lengths=[40, 24], total_seq_len=64, ttt_steps=1)),
-]:
-    try:
-        m = build_mask(**kwargs)
-        print(f"{label}: fine, a {m.total_seq_len} x {m.kv_len()} mask")
-    except MaskInputError as exc:
-        print(f"{label}: {exc}")
+print("\n".join(verdicts()))
 
 # %% [markdown]
 # ## Long context

@@ -42,7 +42,6 @@ workdir = "../runs/interactive/work"
 # %matplotlib inline
 import json
 import time
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -57,12 +56,12 @@ from eagle3kit.data import plots as data_plots
 from eagle3kit.data.loss_mask_plot import plot_loss_mask
 from eagle3kit.data import vocab
 from eagle3kit.data.regenerate import regenerate
+from eagle3kit.notebook import DATA, setup
 from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
 
-torch.manual_seed(seed)
-workdir = Path(workdir)
-data_dir = workdir / "data"          # notebooks 05 and 06 read the data from here
+workdir = setup(workdir, seed=seed)
+data_dir = workdir / DATA            # notebooks 05 and 06 read the data from here
 dvs = draft_vocab_size or None
 
 # %% [markdown]
@@ -215,8 +214,7 @@ except DataError as exc:
 # ```
 
 # %%
-print(f"speculators train --data-path {data_dir} --verifier-name-or-path {info.verifier_path}"
-      + (f" --draft-vocab-size {dvs}" if dvs else ""))
+print(info.train_command())
 record_summary(workdir, "04", samples=info.n_samples, tokens=info.tokens, assistant_tokens=info.assistant_tokens,
                extraction_tokens_per_s=round(info.tokens_per_s or 0), targets_ok=check["ok"],
                coverage=round(info.coverage, 4), data_dir=str(data_dir),

@@ -27,11 +27,8 @@
 
 # %% tags=["parameters"]
 verifier = "smollm2"        # used when the data has to be built here
-data_dir = ""               # "": notebook 04's workdir/data if complete, else a small set built here
-rebuild_data = False        # build a small data set here even if notebook 04's exists
-n_conversations = 8         # only when building here
-seq_length = 192            # only when building here
-draft_vocab_size = 2048     # only when building here (the draft uses the data's vocab mapping)
+data_dir = ""               # "": notebook 04's workdir/data if complete, else the small set (shared with 06) built here
+rebuild_data = False        # build the small data set here (again) even if notebook 04's exists
 use_notebook_01 = True      # take the draft's shape from notebook 01's workdir/draft_config when present
 total_seq_len = 384         # packed tokens per step, at least the longest sample
 lr = 1e-3
@@ -51,28 +48,23 @@ workdir = "../runs/interactive/work"
 # %%
 # %matplotlib inline
 import time
-from pathlib import Path
 
-import pandas as pd
 import torch
 
 from eagle3kit.data.directory import DataDir
-from eagle3kit.data.loader import find_or_build_data
 from eagle3kit.data.plots import plot_batch
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.logs import quiet
+from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, setup, training_data
 from eagle3kit.runner import record_summary
 from eagle3kit.train import launch
 from eagle3kit.train.checkpoint import CheckpointError, resume_matches
 from eagle3kit.train.overfit import overfit, plot_overfit
 from eagle3kit.train.plots import plot_metrics, plot_step
-from eagle3kit.train.session import TrainingDiverged, TrainSession
+from eagle3kit.train.session import TrainingDiverged, TrainSession, metric_columns
 from eagle3kit.train.stepper import TrainingStepper
 
-pd.set_option("display.max_colwidth", 100)
-torch.set_num_threads(min(2, torch.get_num_threads()))
-workdir = Path(workdir)
-workdir.mkdir(parents=True, exist_ok=True)
+workdir = setup(workdir, seed=seed)
 
 # %% [markdown]
 # ## The data and the draft
@@ -83,13 +75,8 @@ workdir.mkdir(parents=True, exist_ok=True)
 
 # %%
 t0 = time.perf_counter()
-if data_dir:
-    data_path = DataDir(data_dir)
-else:
-    data_path = find_or_build_data(workdir, verifier, rebuild=rebuild_data, n_conversations=n_conversations,
-                                   seq_length=seq_length, draft_vocab_size=draft_vocab_size or None, seed=seed,
-                                   held_out=2)
-config_01 = workdir / "draft_config"
+data_path = DataDir(data_dir) if data_dir else training_data(workdir, verifier, seed=seed, rebuild=rebuild_data)
+config_01 = workdir / DRAFT_CONFIG
 from_01 = use_notebook_01 and (config_01 / "config.json").exists()
 session = TrainSession(data_path, config_01 if from_01 else None, lr=lr, total_seq_len=total_seq_len, seed=seed,
                        max_steps=max_steps or None, hidden_states_dtype=hidden_states_dtype,
@@ -145,8 +132,7 @@ if stepper.error:
 plot_metrics(session.history)
 
 # %%
-cols = ["step", "loss"] + [f"{m}_{k}" for m in ("full_acc", "cond_acc") for k in range(session.ttt_steps)]
-session.history_frame()[cols + ["tokens", "seconds", "tokens_per_s", "lr"]].round(4)
+session.history_frame()[metric_columns(session.ttt_steps) + ["tokens", "seconds", "tokens_per_s", "lr"]].round(4)
 
 # %% [markdown]
 # ## Checkpoint and resume
@@ -156,7 +142,7 @@ session.history_frame()[cols + ["tokens", "seconds", "tokens_per_s", "lr"]].roun
 # bit for bit.
 
 # %%
-checkpoint = session.save(workdir / "checkpoint_05")
+checkpoint = session.save(workdir / CHECKPOINT_05)
 print("checkpoint:", sorted(p.name for p in checkpoint.iterdir()))
 resumed = TrainSession.resume(checkpoint, progress=False)
 match = resume_matches(session, resumed)  # one more step in each, then loss and every weight compared
@@ -176,7 +162,7 @@ except CheckpointError as exc:
 with torch.no_grad():
     resumed.model.fc.weight[0, 0] = float("nan")
 try:
-    resumed.run(2, checkpoint_dir=workdir / "checkpoint_05")
+    resumed.run(2, checkpoint_dir=workdir / CHECKPOINT_05)
 except TrainingDiverged as exc:
     print("stopped:", exc)
 print("checkpoint still at step", TrainSession.resume(checkpoint, progress=False).global_step)

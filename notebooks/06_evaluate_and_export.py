@@ -43,9 +43,6 @@ train_steps = 20            # steps trained in this notebook (on top of notebook
 lr = 1e-3                   # only for a session started here
 warm_start_layer = None     # only for a session started here (see notebook 05)
 total_seq_len = 1024        # only for a session started here
-n_conversations = 8         # only when the data has to be built here
-seq_length = 256            # only when the data has to be built here
-draft_vocab_size = 2048     # only when the data has to be built here
 n_prompts = 4               # held-out prompts for τ
 n_decode_prompts = 0        # of those, how many the trained draft's real decode loop runs (batch 1, slow); 0: all
 max_new_tokens = 48         # greedy continuation length per prompt
@@ -61,31 +58,26 @@ workdir = "../runs/interactive/work"
 # %%
 # %matplotlib inline
 import time
-from pathlib import Path
 
-import pandas as pd
 import torch
 
-from eagle3kit.data.loader import find_or_build_data, held_out_conversations
+from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.draft.model import save_draft
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate import conventions, export, speed
 from eagle3kit.evaluate.vllm import compare as vllm_compare
-from eagle3kit.evaluate.vllm import serve
 from eagle3kit.evaluate.budget import best_per_minute, plot_tau_vs_budget, read_curve
-from eagle3kit.evaluate.vllm.serve import VllmInputError
-from eagle3kit.evaluate.vllm.env import VllmNotInstalled, vllm_python
+from eagle3kit.evaluate.vllm.gate import check_in_vllm
+from eagle3kit.notebook import CHECKPOINT_05, minutes_to_make, setup, training_data
 from eagle3kit.plan import speedup
-from eagle3kit.runner import read_summary, record_summary
+from eagle3kit.runner import record_summary
 from eagle3kit.train.plots import plot_metrics
+from eagle3kit.train.checkpoint import SESSION_FILE
 from eagle3kit.train.session import TrainSession
 from eagle3kit.verifier import load_model, load_tokenizer
 
-pd.set_option("display.max_colwidth", 120)
-torch.set_num_threads(min(2, torch.get_num_threads()))
-workdir = Path(workdir)
-workdir.mkdir(parents=True, exist_ok=True)
+workdir = setup(workdir)
 
 # %% [markdown]
 # ## The training session and the untrained draft
@@ -96,13 +88,12 @@ workdir.mkdir(parents=True, exist_ok=True)
 
 # %%
 t0 = time.perf_counter()
-checkpoint_05 = workdir / "checkpoint_05"
-if resume_from_05 and (checkpoint_05 / "session.json").exists():
+checkpoint_05 = workdir / CHECKPOINT_05
+if resume_from_05 and (checkpoint_05 / SESSION_FILE).exists():
     session = TrainSession.resume(checkpoint_05)
     print(f"resumed notebook 05's session at step {session.global_step}")
 else:
-    data_path = find_or_build_data(workdir, verifier, n_conversations=n_conversations, seq_length=seq_length,
-                                   draft_vocab_size=draft_vocab_size or None, seed=seed, held_out=4)
+    data_path = training_data(workdir, verifier, seed=seed)
     session = TrainSession(data_path, lr=lr, total_seq_len=total_seq_len, seed=seed,
                            warm_start_layer=warm_start_layer)
     print("new session on", data_path)
@@ -194,11 +185,10 @@ ev.plot_acceptance(sim)
 # 06; its τ is measured on this notebook's prompts, so expect it near the curve, not on it.
 
 # %%
-made = read_summary(workdir, "04") or {}
-data_seconds = made.get("regenerate_seconds", 0) + made.get("hidden_states_seconds", 0)
-run_minutes = (data_seconds + sum(r["seconds"] for r in session.history)) / 60
+data_minutes, train_minutes = minutes_to_make(workdir, session.history)
+run_minutes = data_minutes + train_minutes
 print(f"this run: {run_minutes:.1f} CPU minutes to make the draft "
-      f"({data_seconds / 60:.1f} data, {run_minutes - data_seconds / 60:.1f} training), τ {sim['trained'].tau:.3f}")
+      f"({data_minutes:.1f} data, {train_minutes:.1f} training), τ {sim['trained'].tau:.3f}")
 try:
     curve, measured = read_curve()
 except FileNotFoundError as exc:
@@ -250,25 +240,12 @@ print(f"the reloaded draft decodes prompt 0 with τ {same.tau:.3f} (lossless: {s
 # ones every start position. The last line is the command that serves the draft on this CPU.
 
 # %%
-try:
-    command = export.vllm_commands(out, k, build.verifier.path)["long"]
-except VllmInputError as exc:  # e.g. a head_dim vLLM's CPU attention lacks (the doctor warns about it)
-    command = None
-    print("vLLM's CPU build cannot serve this draft:", exc)
-vllm = None
-if command and not vllm_check:
-    print("skipped: vllm_check = False (install vLLM's CPU build once with `make vllm`, then set vllm_check = True)")
-elif command:
-    try:
-        vllm_python()
-    except VllmNotInstalled as exc:
-        print("skipped:", exc)
-    else:
-        vllm = serve.check_draft(out, build.verifier.path, [p[0].tolist() for p in prompts], max_new_tokens, k=k)
+gate = check_in_vllm(out, build.verifier.path, [p[0].tolist() for p in prompts], max_new_tokens, k=k,
+                     enabled=vllm_check)
+vllm = gate.check
 if vllm is not None:
     display(vllm_compare.comparison_table(vllm, sim["trained"], real["trained"], conts))
-if command:
-    print("serve it:", command)
+print("\n".join(gate.lines()))
 
 # %% [markdown]
 # ## Speed, measured the same way
@@ -309,24 +286,15 @@ else:
 # position (vLLM's when it ran, else the simulation's) for a draft of the planned verifier served by vLLM.
 
 # %%
-if vllm is not None:
-    acceptance, tau_from = vllm.acceptance_per_pos, "vLLM's counters"
-else:
-    acceptance, tau_from = sim["trained"].rates()["cumulative"].fillna(0.0).tolist(), "simulated"
+acceptance, tau_from = gate.acceptance(sim["trained"])
 there = speedup.predict(plan_verifier, plan_gpu, serve_batch, k, acceptance=acceptance)
-display(pd.DataFrame(there.rows(), columns=["section", "item", "value", "kind"]).drop(columns="section"))
+display(there.table())
 where = f"{plan_verifier} on one {plan_gpu} at batch {serve_batch}"
 if cpu is not None:
     print(cpu.why(there.break_even, f"{where} (predicted)", speed.bench_row(1)))
 
 # %%
-here = (f"Measured here (vLLM CPU build, {len(prompts)} prompts as one batch, load {vllm.load_text}): "
-        f"{vllm.tokens_per_s['draft']:.0f} tokens/s with the draft, {vllm.tokens_per_s['plain']:.0f} without "
-        f"({cpu.measured if cpu else vllm.tokens_per_s['draft'] / vllm.tokens_per_s['plain']:.2f}x, τ {vllm.tau:.2f}"
-        + (f"; the step costs predicted {cpu.predicted_tokens_per_s:.0f} tokens/s with the draft)." if cpu else ").")
-        if vllm is not None else "Measured here: skipped (vllm_check = False).")
-speed_line = [here, f"Predicted there ({where}, vLLM, k = {k}): {there.speedup:.2f}x plain decoding at this τ "
-              f"{there.tau:.2f} ({tau_from}); the draft pays above τ {there.break_even:.2f}, at most {there.best:.2f}x."]
+speed_line = [vllm_compare.measured_line(vllm, cpu), there.line(where, tau_from)]
 record_summary(workdir, "06", tau_untrained=round(sim["untrained"].tau, 3), tau_trained=round(sim["trained"].tau, 3),
                tau_decode_untrained=round(real["untrained"].tau, 3), tau_decode_trained=round(real["trained"].tau, 3),
                lossless=all(r.lossless == r.prompts for r in real.values()), k=k,

@@ -151,11 +151,10 @@ def _stepper_state(box) -> tuple[int | None, int | None, bool, str]:
 
 def test_training_stepper_steps_runs_and_stops_in_jupyterlab(lab, page, steps):
     """Notebook 05 with small parameters: Step twice advances the count and the loss plot; Run N then Stop stops."""
-    # the tiny verifier: data built in the notebook in seconds
+    # the tiny verifier: the small data set (eagle3kit.notebook.SMALL_DATA) built in the notebook in seconds
     # max_steps: room for a Run N that outlasts the click on Stop (tiny steps take ~0.1 s; the widget redraws every
     # ~2 s while it runs)
-    small = {"verifier": "tiny", "n_conversations": 8, "seq_length": 256, "draft_vocab_size": 512,
-             "total_seq_len": 256, "first_steps": 1, "run_steps": 2, "max_steps": 5000}
+    small = {"verifier": "tiny", "total_seq_len": 256, "first_steps": 1, "run_steps": 2, "max_steps": 5000}
     book = _open_and_run(lab, page, steps, "05", small, timeout=420)
     stepper = Widgets.box_of(page, ".widget-button:text-is('Run N')")
     ui = Widgets(page, stepper)

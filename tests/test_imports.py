@@ -14,7 +14,8 @@ The layering, lowest first; a module may import its own layer and the layers bel
    ``train.launch`` checks a run fits with it.
 7. ``train``: the session and loop over data; the overfit check decodes with ``evaluate``.
 8. ``doctor``: checks any of the above (draft configs, masks, data directories, exports for vLLM).
-9. ``presets``, ``runner``: the notebooks' settings (train's settings) and running them.
+9. ``presets``, ``runner``, ``notebook``: the notebooks' settings (train's settings), running them, and what
+   every notebook shares (its first cell's setup, the workdir's data).
 10. ``cli``: the commands, over everything.
 """
 
@@ -37,7 +38,7 @@ LAYERS: list[set[str]] = [
     {"plan"},
     {"train"},
     {"doctor"},
-    {"presets", "runner"},
+    {"presets", "runner", "notebook"},
     {"cli"},
 ]
 

@@ -6,14 +6,18 @@ import json
 
 import jupytext
 import nbformat
+import pandas as pd
 import papermill
 import pytest
+import torch
 
 from eagle3kit import presets
+from eagle3kit import notebook
 from eagle3kit.cli import main
+from eagle3kit.data.directory import DataDir
 from eagle3kit.draft.config import DraftSpec
 from notebook_outputs import output_problems
-from eagle3kit.runner import notebook_parameters, notebooks, run_notebooks
+from eagle3kit.runner import notebook_parameters, notebooks, record_summary, run_notebooks
 from eagle3kit.train.session import TrainSettings
 
 NOTEBOOKS = notebooks()
@@ -109,3 +113,52 @@ def test_runner_reports_a_failing_cell(tmp_path):
     results = run_notebooks(tmp_path / "out", preset="ci", notebook_dir=src, progress=False)
     assert results[0].status == "failed" and results[0].failing_cell == 3 and "ValueError: boom" in results[0].error
     assert main(["run-notebooks", "--preset", "ci", "--out", str(tmp_path / "cli"), "--only", "99"]) == 2
+
+
+def test_every_notebook_starts_with_the_one_setup():
+    """The first code cell after the parameters calls :func:`eagle3kit.notebook.setup`; no cell sets threads, pandas
+    options or the workdir by hand."""
+    for path in NOTEBOOKS:
+        code = [c.source for c in jupytext.read(path.with_suffix(".py")).cells if c.cell_type == "code"]
+        assert "workdir = setup(workdir" in code[1], f"{path.name}: the cell after the parameters does not call setup"
+        for hand in ("set_num_threads", "pd.set_option", ".mkdir(", "Path(workdir)"):
+            assert not any(hand in cell for cell in code), f"{path.name} does {hand} itself"
+
+
+def test_setup_seeds_caps_threads_widens_tables_and_makes_the_workdir(tmp_path):
+    threads, width = torch.get_num_threads(), pd.get_option("display.max_colwidth")
+    try:
+        pd.set_option("display.max_colwidth", 10)
+        workdir = notebook.setup(str(tmp_path / "run" / "work"), seed=3, threads=1)
+        drawn = torch.rand(4)
+        assert workdir == tmp_path / "run" / "work" and workdir.is_dir()
+        assert torch.get_num_threads() == 1 and pd.get_option("display.max_colwidth") == notebook.MAX_COLWIDTH
+        torch.manual_seed(3)
+        assert torch.equal(drawn, torch.rand(4))
+        notebook.setup(workdir)  # again, without a seed or threads: the threads stay as they are
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+        pd.set_option("display.max_colwidth", width)
+
+
+def test_05_and_06_share_one_small_data_set_and_prefer_04s(tmp_path, tiny_data):
+    """Without notebook 04's data both notebooks get the same small set (made once, from one home of its size); with
+    04's data complete, that."""
+    first = notebook.training_data(tmp_path, "tiny")
+    assert first.path == tmp_path / notebook.SMALL_DATA_DIR and first.complete
+    assert first.n_samples == notebook.SMALL_DATA["n_conversations"] and first.seq_length == \
+        notebook.SMALL_DATA["seq_length"] and first.draft_vocab_sizes == [notebook.SMALL_DATA["draft_vocab_size"]]
+    written = {p: p.stat().st_mtime_ns for p in first.hidden_states_dir.iterdir()}
+    again = notebook.training_data(tmp_path, "tiny")  # notebook 06 after 05: the same folder, nothing rewritten
+    assert again.path == first.path and {p: p.stat().st_mtime_ns for p in again.hidden_states_dir.iterdir()} == written
+    (tmp_path / notebook.DATA).symlink_to(tiny_data, target_is_directory=True)
+    assert notebook.training_data(tmp_path, "tiny").path == tmp_path / notebook.DATA
+    assert DataDir(tmp_path / notebook.DATA).complete
+
+
+def test_minutes_to_make_adds_notebook_04s_data_time_to_the_training_steps(tmp_path):
+    history = [{"seconds": 30.0}, {"seconds": 90.0}]
+    assert notebook.minutes_to_make(tmp_path, history) == (0.0, 2.0)  # no summary from 04: no data minutes
+    record_summary(tmp_path, "04", regenerate_seconds=60, hidden_states_seconds=120, samples=12)
+    assert notebook.minutes_to_make(tmp_path, history) == (3.0, 2.0)

@@ -116,8 +116,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         print("targets check:", json.dumps(result))
         if not result["ok"]:
             return 1
-    print(f"\nTrain on it with: speculators train --data-path {args.out} --verifier-name-or-path {info.verifier_path}"
-          + (f" --draft-vocab-size {args.draft_vocab_size}" if args.draft_vocab_size else ""))
+    print(f"\nTrain on it with: {info.train_command()}")
     return 0
 
 
@@ -192,7 +191,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
     from eagle3kit.tables import column_blocks, format_table
     from eagle3kit.train.checkpoint import read_session
-    from eagle3kit.train.session import TrainSession, TrainSettings
+    from eagle3kit.train.session import TrainSession, TrainSettings, metric_columns
 
     if args.resume:
         changed = {**given(args, DraftSpec), **given(args, TrainSettings)}
@@ -209,7 +208,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         session = TrainSession(data, spec, **given(args, TrainSettings))
     room_for_training(args, session)  # the checkpoint and export fit, before any step
     records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every)
-    cols = ["step", "loss"] + [f"{m}_{k}" for m in ("full_acc", "cond_acc") for k in range(session.ttt_steps)]
+    cols = metric_columns(session.ttt_steps)
     history = session.history_frame()
     if len(history):
         print(format_table(history[cols + ["tokens_per_s", "lr"]].round(4), fallback=column_blocks))

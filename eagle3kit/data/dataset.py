@@ -82,6 +82,11 @@ class DatasetInfo:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def train_command(self) -> str:
+        """The ``speculators train`` line that trains on this directory (with its draft vocab when it wrote one)."""
+        return (f"speculators train --data-path {self.path} --verifier-name-or-path {self.verifier_path}"
+                + (f" --draft-vocab-size {self.draft_vocab_size}" if self.draft_vocab_size else ""))
+
 
 def input_id_rows(data_dir: str | os.PathLike) -> list[list[int]]:
     """Every row's ``input_ids`` as plain lists (read without the torch format: about 100x faster)."""

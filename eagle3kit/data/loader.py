@@ -16,7 +16,6 @@ from speculators.train.distributed_batch_sampler import MultipackDistributedBatc
 from torch.utils.data import DataLoader
 
 from eagle3kit.data import conversations as conv
-from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import remake_command, require_healthy
 from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.verifier import Verifier
@@ -102,14 +101,3 @@ def make_loader(
     collate = CollateFn(total_seq_len, data.hidden_size, num_target_layers=len(data.aux_layer_ids),
                         dtype=hidden_states_dtype, preprocess=shift_batch)
     return DataLoader(dataset, batch_sampler=sampler, num_workers=0, collate_fn=collate)
-
-
-def find_or_build_data(workdir: str | os.PathLike, verifier: str, rebuild: bool = False, **build_kwargs) -> DataDir:
-    """Notebook 04's data (``workdir/data``) when it is complete and ``rebuild`` is False; else a small one made
-    here with :func:`build_dataset` in ``workdir/data_05`` (resumable; ``build_kwargs`` go to it)."""
-    theirs = DataDir(Path(workdir) / "data")
-    if not rebuild and theirs.complete:
-        return theirs
-    mine = Path(workdir) / "data_05"
-    build_dataset(verifier, mine, **build_kwargs)
-    return DataDir(mine)

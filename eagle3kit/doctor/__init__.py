@@ -17,7 +17,9 @@
 ``probe``             the measured backend matrix, each cell in a subprocess
 ``probe_worker``      what runs in that subprocess: one cell built, run and timed
 ``seed``              the seed failure replayed step by step, the doctor's prediction beside each (notebook 02)
-``verdict``           what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, the ``story`` table
+``live``              catalogue rows broken live on the seed replay's draft: forgotten verifier weights, an odd length
+``verdict``           what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, the ``story`` table,
+                      ``speed_ratios``, ``recommendation_lines``
 ``plots``             ``plot_timings(matrix)`` -> Figure
 ``catalogue``         docs/failures.md, the failure catalogue: ``catalogue_rows``, ``catalogue_frame``, ``demonstrate``
 """

@@ -1,5 +1,5 @@
-"""What the probe's matrix concludes: the recommended backends, one cell's row, and notebook 02's story table
-(settings x outcomes).
+"""What the probe's matrix concludes: the recommended backends (and the lines to set), the speed race behind them,
+one cell's row, and notebook 02's story table (settings x outcomes).
 
 Both read the rows of :func:`eagle3kit.doctor.probe.probe`; nothing is written in advance.
 """
@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from eagle3kit.doctor.attention_checks import CONSUMES
+from eagle3kit.doctor.attention_checks import CONSUMES, SET_ATTN
 from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.facts import attention_facts
 from eagle3kit.doctor.probe import MODES
+from eagle3kit.draft.config import with_attention
 
 
 def recommend(matrix: pd.DataFrame, training: bool = True) -> str | None:
@@ -62,3 +63,30 @@ def story(configs: dict[str, object], matrix: pd.DataFrame, device: str = "cpu",
         row["doctor"] = "; ".join(errors) if errors else "no errors"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+SETTINGS = {"unset": None, "sdpa": "sdpa", "flex_attention": "flex_attention",
+            "simple_flex_attention": "simple_flex_attention"}  # notebook 02's settings table: label -> value set
+
+
+def setting_configs(config) -> dict[str, object]:
+    """``config`` with each of :data:`SETTINGS` set before building: the ``configs`` of :func:`story`."""
+    return {label: with_attention(config, impl) for label, impl in SETTINGS.items()}
+
+
+def speed_ratios(matrix: pd.DataFrame, seq_len: int | None = None) -> pd.DataFrame:
+    """Median seconds of each backend that ran (at ``seq_len``, default the matrix's first), relative to eager, per
+    mode: how close the race behind :func:`recommend` is."""
+    n = matrix.seq_len.iloc[0] if seq_len is None else seq_len
+    ran = matrix[(matrix.status == "ok") & (matrix.seq_len == n) & (matrix.backend != "unset")]
+    speed = ran.pivot(index="backend", columns="mode", values="seconds")
+    return (speed / speed.loc["eager"]).round(2).rename(columns=lambda m: f"{m} (x eager)")
+
+
+def recommendation_lines(recommended: dict[str, str | None], device: str) -> list[str]:
+    """:func:`recommendations` as the lines to set, and, off CUDA, the doctor's unmeasured rule for CUDA."""
+    lines = [] if device.startswith("cuda") else [
+        "skipped: no CUDA (the CUDA row is not measured on this machine; the doctor's rule for CUDA is "
+        f"{SET_ATTN.format(impl='simple_flex_attention')!r})"]
+    return lines + [f"{what:15s} -> {SET_ATTN.format(impl=impl) if impl else 'no backend ran and matched eager'}"
+                    for what, impl in recommended.items()]

@@ -1,4 +1,4 @@
-"""The draft as a model: speculators' ``Eagle3DraftModel`` built from a :class:`DraftBuild`, and saved.
+"""The draft as a model: speculators' ``Eagle3DraftModel`` built from a :class:`DraftBuild`, saved, tried once.
 
 Every place in eagle3kit that needs a draft builds it here: verifier-owned weights (embedding, ``lm_head`` rows,
 final norm) are loaded through speculators, quietly; the vocab mapping (d2t/t2d) is passed in
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from pathlib import Path
 
 import torch
 from speculators.models.eagle3 import Eagle3DraftModel
 
 from eagle3kit.atomic import atomic_dir
-from eagle3kit.draft.config import DraftBuild
+from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 from eagle3kit.draft.warm_start import warm_start
 from eagle3kit.logs import quiet
 
@@ -60,3 +61,17 @@ def save_draft(model: Eagle3DraftModel, out_dir: str | os.PathLike, dtype: str =
     with atomic_dir(out_dir) as tmp, quiet():
         twin.save_pretrained(tmp)
     return Path(out_dir)
+
+
+def forward_random(draft: Eagle3DraftModel, build: DraftBuild, tokens: int) -> tuple[list[torch.Tensor], float]:
+    """One no-grad forward of ``draft`` on ``tokens`` random aux hidden states and token ids (one document): the draft
+    tokens of each TTT step ([1, tokens] each) and the seconds it took."""
+    tl = build.config.transformer_layer_config
+    hidden_states = torch.randn(1, tokens, len(build.aux_layer_ids) * tl.hidden_size)
+    input_ids = torch.randint(0, tl.vocab_size, (1, tokens))
+    document_ids = torch.zeros(1, tokens, dtype=torch.long)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        draft_tokens = draft(hidden_states=hidden_states, input_ids=input_ids, document_ids=document_ids,
+                             ttt_steps=draft_ttt_steps(build.config))
+    return draft_tokens, time.perf_counter() - t0

@@ -1,11 +1,12 @@
-"""A draft config explained field by field (value, source, meaning), its parameter counts and memory footprint."""
+"""A draft config explained field by field (value, source, meaning), its parameter counts and memory footprint, and
+the attention implementation the ``auto`` rule picks where."""
 
 from __future__ import annotations
 
 import pandas as pd
 import torch
 
-from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
+from eagle3kit.draft.config import DraftBuild, draft_ttt_steps, resolve_attention
 
 
 def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
@@ -13,6 +14,23 @@ def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     return {"trainable": trainable, "frozen": frozen, "total": trainable + frozen}
+
+
+def verifier_weights_loaded(model: torch.nn.Module) -> bool:
+    """Whether the verifier-owned embedding and ``lm_head`` hold numbers (speculators initialises them to NaN, so a
+    forgotten load shows)."""
+    return not any(torch.isnan(p).any() for p in (model.embed_tokens.weight, model.lm_head.weight))
+
+
+def attention_choices(devices: tuple[str, ...] = ("cpu", "cuda")) -> pd.DataFrame:
+    """What ``attn_implementation="auto"`` picks on each device, with and without gradients, and why."""
+    rows = []
+    for device in devices:
+        for training in (True, False):
+            choice = resolve_attention("auto", device, training)
+            rows.append({"device": device, "training": training, "implementation": choice.implementation,
+                         "why": choice.reason})
+    return pd.DataFrame(rows)
 
 
 def memory_footprint(model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> pd.DataFrame:

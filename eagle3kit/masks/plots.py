@@ -71,6 +71,18 @@ def _decorate(ax, mask: EagleMask, q: tuple[int, int], kv: tuple[int, int], offs
         ax.vlines(range(round_up_to_block(k0), k1, BLOCK), q0, q1, colors="0.55", linewidths=0.5, linestyles=":")
 
 
+def around(position: int, half: int = 96) -> tuple[int, int, int, int]:
+    """A ``region`` for :func:`plot_token_mask`: ``half`` tokens either side of ``position``, queries and keys."""
+    lo = max(0, position - half)
+    return lo, position + half, lo, position + half
+
+
+def corner(total_seq_len: int, size: int) -> tuple[int, int, int, int]:
+    """A ``region`` for :func:`plot_token_mask`: the first ``size`` queries and keys (at most the whole mask)."""
+    n = min(total_seq_len, size)
+    return 0, n, 0, n
+
+
 def plot_token_mask(mask: EagleMask, region: Sequence[int] | None = None, step: int = -1,
                     max_pixels: int = 512) -> Figure:
     """Token heatmap of TTT step ``step``: one panel per block of keys (the step-0 keys, then one per extension).

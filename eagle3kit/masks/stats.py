@@ -7,7 +7,7 @@ The equivalence check builds the dense masks the way ``Eagle3DraftModel`` does f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pandas as pd
 import torch
@@ -15,7 +15,7 @@ from speculators.models.attention import create_float_mask
 from speculators.models.eagle3.attention import extend_dense_mask_for_draft_tokens
 from torch.nn.attention.flex_attention import BlockMask, create_mask
 
-from eagle3kit.masks.eagle_mask import EMPTY, FULL, GRID_SUB, PARTIAL, EagleMask, MaskInputError
+from eagle3kit.masks.eagle_mask import EMPTY, FULL, GRID_SUB, PARTIAL, EagleMask, MaskInputError, build_mask
 
 DENSE_CHECK_LIMIT = 1 << 26  # Q x KV elements of the last step the equivalence check may build densely
 FLOAT_MASK_DTYPE = torch.bfloat16  # create_float_mask's default, what Eagle3DraftModel gets for eager
@@ -91,3 +91,12 @@ def check_equivalence(mask: EagleMask) -> pd.DataFrame:
                          "equal_to_flex": mismatches == 0, "mismatched_pairs": mismatches})
     return pd.DataFrame(rows)
 
+
+
+def equivalence(lengths: Sequence[int], total_seq_len: int, ttt_steps: int, sliding_window: int) -> pd.DataFrame:
+    """:func:`check_equivalence` of ``lengths`` packed into ``total_seq_len``, with full attention (``window`` "off")
+    and with ``sliding_window``: every backend's mask against flex's, per step."""
+    return pd.concat([
+        check_equivalence(build_mask(lengths, total_seq_len, ttt_steps)).assign(window="off"),
+        check_equivalence(build_mask(lengths, total_seq_len, ttt_steps, sliding_window)).assign(window=sliding_window),
+    ], ignore_index=True)

@@ -1,6 +1,7 @@
 """Plan the GPU run from the CPU rehearsal: disk, GPU memory per rank and time for the real verifier.
 
-``report``     :func:`plan_run` -> :class:`Plan` (``.table()``, ``.commands``, ``.assumptions``, ``.problems()``)
+``report``     :func:`plan_run` -> :class:`Plan` (``.table()``, ``.commands``, ``.assumptions``, ``.problems()``);
+               :func:`compare_plans` (several side by side)
 ``figure``     :func:`plan_figure`: memory per rank by part, eager vs fused, and disk
 ``published``  :func:`published_checks`: speculators' 268 MB/sample, PR 951's loss peaks, EAGLE issue 30's 740 GB
 ``speedup``    what the draft buys when served: step times from bytes and FLOPs, engine overheads, the published checks
@@ -17,6 +18,6 @@
 from eagle3kit.plan.figure import plan_figure
 from eagle3kit.plan.gpus import GPUS
 from eagle3kit.plan.published import published_checks
-from eagle3kit.plan.report import Plan, plan_run
+from eagle3kit.plan.report import Plan, compare_plans, plan_run
 
-__all__ = ["GPUS", "Plan", "plan_figure", "plan_run", "published_checks"]
+__all__ = ["GPUS", "Plan", "compare_plans", "plan_figure", "plan_run", "published_checks"]

@@ -119,6 +119,14 @@ class Plan:
         return out
 
 
+def compare_plans(plans: list[Plan]) -> pd.DataFrame:
+    """Several plans side by side: one column per verifier, rows by item, with the first plan's ``kind`` of each."""
+    first = plans[0].table().set_index("item")
+    table = pd.DataFrame({p.verifier: p.table().set_index("item")["value"] for p in plans})
+    table.insert(0, "kind", first["kind"])
+    return table
+
+
 def _bytes(n: float) -> str:
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= size:

@@ -159,6 +159,16 @@ class SpeedPlan:
             rows.append((s, f"expected speedup at τ {self.tau:.2f}", f"{self.speedup:.2f}x", "derived"))
         return rows
 
+    def table(self) -> pd.DataFrame:
+        """:meth:`rows` as a table: item, value, kind."""
+        return pd.DataFrame([row[1:] for row in self.rows()], columns=["item", "value", "kind"])
+
+    def line(self, where: str, tau_from: str) -> str:
+        """One sentence for a run's summary: the speedup at τ (``tau_from``: whose acceptance gave it), the break-even
+        τ and the bound, for the serving ``where`` describes."""
+        return (f"Predicted there ({where}, vLLM, k = {self.k}): {self.speedup:.2f}x plain decoding at this τ "
+                f"{self.tau:.2f} ({tau_from}); the draft pays above τ {self.break_even:.2f}, at most {self.best:.2f}x.")
+
 
 def predict(verifier: str = "llama-3.1-8b", gpu: str = "H100-80GB", batch: int = 1, k: int = 3,
             tau: float | None = None, acceptance: list[float] | None = None, tp: int = 1,

@@ -38,6 +38,11 @@ from eagle3kit.train.settings import TrainSettings
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
 
 
+def metric_columns(ttt_steps: int) -> list[str]:
+    """A history's metric columns: ``step``, ``loss``, then ``full_acc_k`` and ``cond_acc_k`` for each TTT step."""
+    return ["step", "loss"] + [f"{m}_{k}" for m in METRIC_NAMES[1:] for k in range(ttt_steps)]
+
+
 class RunComplete(UserError):
     """The session has taken every step of its schedule."""
 

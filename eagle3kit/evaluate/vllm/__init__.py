@@ -4,5 +4,6 @@ subprocesses only.
 ``env``      find or install that environment (``python -m eagle3kit.evaluate.vllm.env [DIR]``, what ``make vllm`` runs)
 ``serve``    check the inputs, run ``worker.py`` on the same prompts with and without the draft, the serve command
 ``worker``   standalone script run by the vLLM environment's python (imports only vllm and the standard library)
+``gate``     whether a draft is checked in vLLM here (each reason to skip in one line), and that check
 ``compare``  vLLM's view of a draft beside eagle3kit's: τ, per-position acceptance, lossless, speed
 """

@@ -1,12 +1,13 @@
 """vLLM's view of a draft beside eagle3kit's, on the same prompts: τ, per-position acceptance, lossless; and speed,
-each engine's tokens/s with the draft beside its own without it, measured the same way (:func:`speed_rows`)."""
+each engine's tokens/s with the draft beside its own without it, measured the same way (:func:`speed_rows`,
+:func:`measured_line`)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from eagle3kit.evaluate.acceptance import Acceptance, DecodeRun
-from eagle3kit.evaluate.speed import Measured, speed_table
+from eagle3kit.evaluate.speed import CpuPrediction, Measured, speed_table
 from eagle3kit.evaluate.vllm.serve import VllmCheck
 
 DECODE_LOOP = "transformers, one prompt at a time (eagle3kit's decode loop: a correctness tool)"
@@ -52,3 +53,16 @@ def speed_rows(check: VllmCheck | None, decoded: DecodeRun | None, max_new_token
         rows["decode loop"] = tuple(Measured(decoded.tokens / s, DECODE_LOOP, 1, decoded.prompts, max_new_tokens)
                                     for s in (decoded.seconds, decoded.plain_seconds))
     return speed_table(rows)
+
+
+def measured_line(check: VllmCheck | None, cpu: CpuPrediction | None = None) -> str:
+    """One sentence for a run's summary: vLLM's tokens/s with and without the draft, the speedup and τ, and what the
+    step costs predicted (``cpu``) when they were measured; or that no vLLM check ran."""
+    if check is None:
+        return "Measured here: skipped (no vLLM check ran; vllm_check = True runs it)."
+    draft, plain = check.tokens_per_s["draft"], check.tokens_per_s["plain"]
+    predicted = (f"; the step costs predicted {cpu.predicted_tokens_per_s:.0f} tokens/s with the draft)." if cpu
+                 else ").")
+    return (f"Measured here (vLLM CPU build, {len(check.outputs_plain)} prompts as one batch, load {check.load_text}): "
+            f"{draft:.0f} tokens/s with the draft, {plain:.0f} without ({draft / plain:.2f}x, τ {check.tau:.2f}"
+            + predicted)
