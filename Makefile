@@ -27,6 +27,7 @@ test: $(STAMP) browser vllm
 # Debian's chromium for the browser test (no browser download); skipped when it is already there.
 browser:
 	@test -x /usr/bin/chromium || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
+	  && echo "installing Debian's chromium (apt-get, as root) for the browser test" \
 	  && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 	  || echo "chromium not installed: the browser test will be skipped"; }
 

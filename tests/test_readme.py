@@ -85,3 +85,10 @@ def test_the_gpu_recipe_runs_on_this_cpu(tiny_verifier, tmp_path, capsys, monkey
         else:
             assert command == serve_line(argv[2])
         print(f"{time.perf_counter() - started:6.1f} s  {command[:80]}", file=sys.__stdout__)
+
+
+def test_every_page_the_readme_links_exists():
+    text = (REPO / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)", text)
+    assert "docs/data-format.md" in links
+    assert [link for link in links if not link.startswith("http") and not (REPO / link).exists()] == []
