@@ -7,8 +7,8 @@ Each subcommand is a thin wrapper over a library function; a stage's commands li
 ``args``      options built from typed fields and signatures, the parser that prints one-line errors
 ``preflight`` every option checked before a command starts: values by their rule, inputs, output places
 ``draft``     ``config``, ``doctor``, ``probe``, ``masks`` (notebooks 01-03)
-``train``     ``regenerate``, ``data``, ``train``, ``overfit``, ``launch`` (04-05)
-``handoff``   ``rehearse``, ``plan``: the GPU run before it starts
+``train``     ``regenerate``, ``data``, ``train``, ``overfit`` (04-05)
+``handoff``   ``launch``, ``rehearse``, ``plan``: the GPU run before it starts
 ``evaluate``  ``evaluate``, ``install-vllm``, ``vllm-check`` (06)
 ``__main__``  ``python -m eagle3kit.cli``
 
@@ -76,7 +76,7 @@ COMMANDS: tuple[tuple[str, Handler, Callable[[argparse.ArgumentParser], None]], 
     ("data", cli_train.cmd_data, cli_train.data_options),
     ("train", cli_train.cmd_train, cli_train.train_options),
     ("overfit", cli_train.cmd_overfit, cli_train.overfit_options),
-    ("launch", cli_train.cmd_launch, cli_train.launch_options),
+    ("launch", cli_handoff.cmd_launch, cli_handoff.launch_options),
     ("rehearse", cli_handoff.cmd_rehearse, cli_handoff.rehearse_options),
     ("plan", cli_handoff.cmd_plan, cli_handoff.plan_options),
     ("doctor", cli_draft.cmd_doctor, cli_draft.doctor_options),

@@ -1,5 +1,6 @@
-"""``eagle3kit`` commands for data and training (notebooks 04-05): ``regenerate``, ``data``, ``train``, ``launch``
-and ``overfit``; each command's options, then its handler (a thin wrapper over the stage's library functions)."""
+"""``eagle3kit`` commands for data and training (notebooks 04-05): ``regenerate``, ``data``, ``train`` and
+``overfit``; each command's options, then its handler (a thin wrapper over the stage's library functions).
+:func:`run_options` / :func:`run_spec` are the options ``train`` and ``launch`` share."""
 
 from __future__ import annotations
 
@@ -142,12 +143,12 @@ def _fill(args: argparse.Namespace) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------------------------- train, launch
+# ----------------------------------------------------------------------------------------------- train
 FROM_DATA = {"verifier": "default: the verifier the data was made with",
              "draft_vocab_size": "default: the data's draft vocab (its d2t/t2d mapping)"}
 
 
-def _run_options(p: argparse.ArgumentParser, data_required: bool, skip_draft: tuple[str, ...]) -> None:
+def run_options(p: argparse.ArgumentParser, data_required: bool, skip_draft: tuple[str, ...]) -> None:
     """The options ``train`` and ``launch`` share: the data, the draft's fields and the training settings."""
     from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
     from eagle3kit.train.session import TrainSettings
@@ -158,7 +159,7 @@ def _run_options(p: argparse.ArgumentParser, data_required: bool, skip_draft: tu
     settings_options(p, TrainSettings)
 
 
-def _run_spec(args: argparse.Namespace, **fixed):
+def run_spec(args: argparse.Namespace, **fixed):
     """The draft of ``train`` / ``launch`` and their data directory: the options given, else the data directory's
     verifier and vocab (a directory without a manifest refuses, naming the option, what it cannot say)."""
     from eagle3kit.data.directory import DataDir  # lazy: torch takes seconds to import
@@ -177,7 +178,7 @@ def _run_spec(args: argparse.Namespace, **fixed):
 
 
 def train_options(p: argparse.ArgumentParser) -> None:
-    _run_options(p, data_required=False, skip_draft=())
+    run_options(p, data_required=False, skip_draft=())
     p.add_argument("--steps", type=int, default=10, help="steps to take now")
     p.add_argument("--save", default=None,
                    help="checkpoint directory, written at the end (default with --resume: that directory)")
@@ -204,7 +205,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         session = TrainSession.resume(args.resume, data_dir=args.data)
         args.save = args.save or args.resume  # a resumed run goes on checkpointing where it was
     else:
-        spec, data = _run_spec(args)
+        spec, data = run_spec(args)
         session = TrainSession(data, spec, **given(args, TrainSettings))
     room_for_training(args, session)  # the checkpoint and export fit, before any step
     records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every)
@@ -217,63 +218,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.export:
         print(f"exported draft (speculators format): {session.export(args.export)}")
     return 0 if records or args.steps == 0 else 1
-
-
-def launch_options(p: argparse.ArgumentParser) -> None:
-    _run_options(p, data_required=True, skip_draft=("device",))
-    p.add_argument("--out", required=True, help="folder for run.yaml (and the dry run's checkpoint)")
-    p.add_argument("--gpus", type=int, default=8, help="GPUs (ranks) per node (default: 8)")
-    p.add_argument("--nodes", type=int, default=1, help="machines that each run --gpus ranks; more than 1 needs "
-                   "--rdzv-endpoint (default: 1, torchrun --standalone)")
-    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-                   help="c10d rendezvous of a multi-node run: an address of the first node every node reaches")
-    p.add_argument("--fsdp", action="store_true", help="shard parameters with FSDP2 (--fsdp-shard)")
-    p.add_argument("--cluster-verifier", default=None, help="verifier path/hub id as the cluster sees it")
-    p.add_argument("--cluster-data", default=None, metavar="PATH",
-                   help="the data directory as the cluster sees it (the YAML's data_path; default: --data, absolute)")
-    p.add_argument("--cluster-save", default=None, metavar="PATH",
-                   help="where the cluster writes checkpoints (the YAML's save_path; default: --out/checkpoints)")
-    p.add_argument("--gpu", default=None, help="the GPU to check the run fits (H100-80GB, H200, A100-80GB, ...)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="run `speculators train --dry-run` here and compare its config.json with eagle3kit's")
-
-
-def cmd_launch(args: argparse.Namespace) -> int:
-    """write the speculators TrainConfig YAML + torchrun command (and dry-run it)"""
-    from eagle3kit.doctor.checks import trainer_findings
-    from eagle3kit.doctor.findings import format_findings
-    from eagle3kit.draft.config import DraftSpec, build_config  # lazy: torch + speculators take seconds to import
-    from eagle3kit.plan.commands import check_rendezvous
-    from eagle3kit.tables import format_table
-    from eagle3kit.train import launch
-    from eagle3kit.train.session import TrainSettings
-
-    check_rendezvous(args.nodes, args.rdzv_endpoint)  # before the verifier and data are read
-    spec, _data = _run_spec(args, device="cpu")
-    build = build_config(spec)
-    settings = launch.cluster_settings(**given(args, TrainSettings))
-    attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}
-    plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp, gpu=args.gpu,
-                             nodes=args.nodes, rdzv_endpoint=args.rdzv_endpoint, cluster_data=args.cluster_data,
-                             cluster_save=args.cluster_save, verifier=args.cluster_verifier,
-                             loss_implementation=settings.loss_implementation,
-                             hidden_states_dtype=settings.hidden_states_dtype, **attn)
-    print(plan.yaml)
-    print(format_table(launch.explain_plan(plan)))
-    where = f"{args.gpus} GPU(s)" if args.nodes == 1 else \
-        f"{args.nodes} nodes x {args.gpus} GPUs (the same command on every node)"
-    print(f"\nRun it on {where}:\n  {plan.command}")
-    data_here = f" --data {args.data}" if args.cluster_data else ""
-    print(f"Rehearse it here first: eagle3kit rehearse --config {plan.yaml_path}{data_here} --out REHEARSAL_DIR")
-    if not args.dry_run and (found := trainer_findings()):  # this machine cannot run it: say so before a user tries
-        print("\n" + format_findings(found))
-    if args.dry_run:
-        table = launch.round_trip(build, plan, plan.yaml_path.parent / "dry_run")
-        bad = table[~table["equal"]]
-        print(f"\nspeculators train --dry-run: config.json has {len(table)} fields, "
-              f"{len(bad)} differ from eagle3kit's draft" + (":\n" + format_table(bad) if len(bad) else ""))
-        return 1 if len(bad) else 0
-    return 0
 
 
 # ----------------------------------------------------------------------------------------------- overfit
