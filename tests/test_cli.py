@@ -46,7 +46,8 @@ def test_python_dash_m_runs_the_same_command():
 def test_evaluate_and_vllm_check_measure_with_the_same_defaults():
     from eagle3kit.evaluate import defaults
 
-    shared = {"n_prompts": defaults.N_PROMPTS, "max_prompt_tokens": defaults.MAX_PROMPT_TOKENS,
+    # n_prompts: None is defaults.N_PROMPTS held-out prompts, or a whole --bench set (both commands resolve it alike)
+    shared = {"n_prompts": None, "bench": None, "max_prompt_tokens": defaults.MAX_PROMPT_TOKENS,
               "max_new_tokens": defaults.MAX_NEW_TOKENS, "k": defaults.K}
     for argv in (["evaluate"], ["vllm-check", "--draft", "d"]):
         args = vars(build_parser(argv[0]).parse_args(argv))

@@ -83,8 +83,9 @@ def test_vllm_commands(smollm2, tmp_path):
     out = save_config(build_config(verifier="smollm2", ttt_steps=2, device="cpu"), tmp_path / "my draft")
     cmds = export.vllm_commands(out)
     assert shlex.split(cmds["short"]) == ["vllm", "serve", str(out.resolve())]
-    env, *args = shlex.split(cmds["long"])
-    assert env == "=".join(*serve.SERVE_ENV.items()) and args == serve.serve_command(out)
+    words = shlex.split(cmds["long"])
+    env, args = words[:len(serve.SERVE_ENV)], words[len(serve.SERVE_ENV):]
+    assert env == [f"{k}={v}" for k, v in serve.SERVE_ENV.items()] and args == serve.serve_command(out)
     assert args[:3] == ["vllm", "serve", str(Path(smollm2.path).resolve())]
     spec = json.loads(args[args.index("--speculative-config") + 1])
     assert spec == {"method": "eagle3", "model": str(out.resolve()), "num_speculative_tokens": 2}

@@ -28,3 +28,12 @@ def test_a_check_not_asked_for_or_without_vllm_is_skipped_with_the_serve_command
     missing = check_in_vllm(out, None, PROMPTS, 4, k=2, enabled=True)
     assert missing.check is None and missing.skipped.startswith("skipped: No finished vLLM environment")
     assert env.MAKE_IT in missing.skipped and missing.command == command
+
+
+def test_a_small_host_binds_vllm_to_every_core_a_large_one_keeps_vllm_default():
+    from eagle3kit.evaluate.vllm.env import SMALL_HOST, run_env
+
+    two = run_env([0, 1])
+    assert two["VLLM_CPU_OMP_THREADS_BIND"] == "0,1" and two["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    large = run_env(list(range(SMALL_HOST + 1)))
+    assert large == {"VLLM_CPU_KVCACHE_SPACE": "2"}  # vLLM keeps one core for its own process there

@@ -8,6 +8,7 @@ import textwrap
 
 from eagle3kit.cli.args import given, settings_options
 from eagle3kit.errors import UserError
+from eagle3kit.evaluate.benchmarks import SETS as BENCH_SETS
 
 
 # ----------------------------------------------------------------------------------------------- config
@@ -37,7 +38,8 @@ CONFIG_ONLY = {"target_device": ("--device", "auto"), "attn": ("--attn", "auto")
                "loss": ("--loss", "auto"), "model": ("--model", False)}
 DRAFT_ONLY = {"why_tau": ("--why-tau", False, "measures a draft folder's tau"),
               "no_measure": ("--no-measure", False, "skips a draft folder's measurement"),
-              "k": ("--k", None, "is the k a draft folder is served with")}
+              "k": ("--k", None, "is the k a draft folder is served with"),
+              "bench": ("--bench", None, "names the prompt set --why-tau measures on")}
 
 
 def doctor_options(p: argparse.ArgumentParser) -> None:
@@ -64,6 +66,9 @@ def doctor_options(p: argparse.ArgumentParser) -> None:
                    "against its verifier (--verifier overrides the one its config names) and --data")
     p.add_argument("--why-tau", action="store_true", help="with --draft: measure why its tau is low (acceptance per "
                    "position, the untrained baseline, the dataset's text vs the verifier's, k vs TTT steps)")
+    p.add_argument("--bench", metavar="NAME", default=None, choices=list(BENCH_SETS),
+                   help="with --draft --why-tau: measure on prompts of this named set, whole and per category "
+                   f"({', '.join(BENCH_SETS)}), instead of --data's held-out prompts")
     p.add_argument("--no-measure", action="store_true",
                    help="with --draft: skip the measurement that tells trained weights from an initialisation")
     p.add_argument("--k", type=int, default=DRAFT_ONLY["k"][1], help="with --draft: the k it is served with, checked "
@@ -85,6 +90,8 @@ def refuse_idle_options(args: argparse.Namespace) -> None:
     if idle:
         raise UserError(f"{idle[0]} does nothing with --draft DIR: it shapes the draft config the doctor builds, and "
                         f"a draft folder is checked as it was saved; leave {idle[0]} out, or drop --draft.")
+    if args.bench and not args.why_tau:
+        raise UserError("--bench names the prompts --why-tau measures on; add --why-tau, or leave --bench out.")
     if args.why_tau and args.no_measure:
         raise UserError("--why-tau is a measurement (it also tells trained weights from an initialisation) and "
                         "--no-measure skips it: pass one of them.")
@@ -105,7 +112,8 @@ def cmd_doctor_draft(args: argparse.Namespace) -> int:
     from eagle3kit.tables import format_table, terminal_width
 
     verifier, k = getattr(args, "verifier", None), args.k or None
-    report = (why_low_tau(args.draft, verifier, args.data, k=k, before_load=state_ram) if args.why_tau else None)
+    report = (why_low_tau(args.draft, verifier, args.data, k=k, before_load=state_ram, bench=args.bench)
+              if args.why_tau else None)
     findings = report.findings if report else examine_draft_folder(
         args.draft, verifier, args.data, k, measure=not args.no_measure, before_load=state_ram).findings
     print(format_findings(findings, terminal_width()) if args.long else findings_table(findings))
@@ -113,6 +121,9 @@ def cmd_doctor_draft(args: argparse.Namespace) -> int:
         print()
         if report.agreement is not None:
             print(format_table(report.table()))
+            if report.bench:
+                print(f"\n{report.bench}, τ per category:")
+                print(format_table(report.category_table()))
         print("\n".join(textwrap.fill(line, terminal_width()) for line in report.verdict))
     return 1 if has_errors(findings) else 0
 

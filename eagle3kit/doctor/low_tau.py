@@ -30,6 +30,7 @@ from eagle3kit.verifier import Verifier, load_tokenizer
 SPEED_GPU = "H100-80GB"  # where the verdict's speed line serves the draft (eagle3kit plan --gpu for another)
 SHIFT = 0.15  # agreement on the dataset's text this much above agreement on the verifier's own text: a shift
 VERIFIER_LIKE = 0.5  # the verifier predicts at least this share of a dataset's reply tokens when it wrote them
+BENCH_PROMPTS = 16  # --why-tau --bench: prompts of the named set measured (two a category on MT-bench)
 NOT_MEASURED = ("τ was not measured: the folder's errors above (its config, shapes, layout, vocabulary, or the "
                 "draft or verifier not loading) would make the measurement mislead; fix them first.")
 
@@ -53,6 +54,17 @@ class TauReport:
     verdict: list[str] = field(default_factory=list)
     speed: speedup.SpeedPlan | None = None  # this acceptance served by vLLM on one SPEED_GPU at batch 1
     findings: list[Finding] = field(default_factory=list)  # the folder's, from the same pass (examine_draft_folder)
+    bench: str | None = None  # the named prompt set measured on (None: held-out or built-in prompts)
+
+    def category_table(self) -> pd.DataFrame:
+        """With a named set: the draft's τ per category (mean over prompts, 95 % interval) from the same
+        measurement."""
+        if self.agreement is None or not self.agreement.prompts:
+            return pd.DataFrame()
+        from eagle3kit.evaluate import scores
+
+        records = scores.from_simulation(self.agreement.prompts, self.agreement.parts)
+        return scores.display_table(scores.score_table({"draft": records})).reset_index()
 
     def table(self) -> pd.DataFrame:
         """τ and the acceptance rate per draft position (given the earlier ones accepted), draft and untrained."""
@@ -115,13 +127,20 @@ def speed_line(plan: speedup.SpeedPlan) -> str:
 
 def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None = None,
                 data_dir: str | os.PathLike | None = None, prompts: list | None = None, k: int | None = None,
-                n_prompts: int = 8, max_new_tokens: int = 48, before_load: Callable[[Verifier], None] | None = None
-                ) -> TauReport:
+                n_prompts: int | None = None, max_new_tokens: int = 48,
+                before_load: Callable[[Verifier], None] | None = None, bench: str | None = None) -> TauReport:
     """Check the draft folder and measure why its τ is what it is, in one pass: the folder's findings (their
     "trained" judged from this one measurement) and the verdict. ``prompts``: conversations or strings (default: the
     data directory's held-out conversations, else built-in questions); ``k``: the served k (default: the config's);
     ``before_load``: as :func:`~eagle3kit.doctor.draft_folder.examine_draft_folder`'s. A folder whose errors forbid
-    the measurement gives a report without one (``agreement`` None), its verdict saying so."""
+    the measurement gives a report without one (``agreement`` None), its verdict saying so. ``bench``: measure on
+    that named set (:mod:`eagle3kit.evaluate.benchmarks`), ``n_prompts`` of it (default :data:`BENCH_PROMPTS`, the
+    categories in turn, each prompt whole) instead of the held-out prompts (default 8)."""
+    if bench is not None:
+        from eagle3kit.evaluate.benchmarks import load_set
+
+        prompts = load_set(bench, n_prompts or BENCH_PROMPTS)
+    n_prompts = n_prompts or (BENCH_PROMPTS if bench else 8)
     c = examine_draft_folder(draft_dir, verifier, data_dir, k, True, n_prompts, max_new_tokens, measure_k=None,
                              prompts=prompts, before_load=before_load)
     steps = trained_steps(c.folder)
@@ -136,4 +155,6 @@ def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None
                            draft_vocab_size=config.draft_vocab_size,
                            num_layers=config.transformer_layer_config.num_hidden_layers)
     lines = verdict(k, steps, c.agreement, text) + [speed_line(plan)]
-    return TauReport(k, steps, c.agreement, text, lines, plan, c.findings)
+    if bench is not None:
+        lines[0] = f"On {bench} ({len(c.agreement.prompts)} prompts, whole; per category above): " + lines[0]
+    return TauReport(k, steps, c.agreement, text, lines, plan, c.findings, bench)

