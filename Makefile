@@ -34,7 +34,7 @@ browser:
 # vLLM's CPU build in its own environment .venv-vllm (it pins another torch than speculators): ~3.5 GB, a few
 # minutes once; eagle3kit talks to it through subprocesses (eagle3kit.evaluate.vllm.serve). Idempotent.
 vllm: $(STAMP)
-	$(BIN)/python -m eagle3kit.evaluate.vllm.env
+	$(BIN)/python -m eagle3kit.vllm_env
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks

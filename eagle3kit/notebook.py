@@ -59,3 +59,19 @@ def minutes_to_make(workdir: str | os.PathLike, history: list[dict]) -> tuple[fl
     from its summary (0 without one); training: every step in ``history`` (a session's, 05's steps included)."""
     made = read_summary(workdir, "04") or {}
     return sum(made.get(key, 0) for key in DATA_SUMMARY_KEYS) / 60, sum(r["seconds"] for r in history) / 60
+
+
+def continue_or_start(workdir: str | os.PathLike, resume: bool, verifier: str, seed: int = 0, **settings):
+    """Notebook 06's session: notebook 05's checkpoint continued when ``resume`` and it is there (same data, draft
+    and optimizer state), else a new session on :func:`training_data` with ``settings``; and a line saying which."""
+    from eagle3kit.train.checkpoint import SESSION_FILE
+    from eagle3kit.train.session import TrainSession
+
+    checkpoint = Path(workdir) / CHECKPOINT_05
+    if resume and (checkpoint / SESSION_FILE).exists():
+        session = TrainSession.resume(checkpoint)
+        return session, f"resumed notebook 05's session at step {session.global_step}"
+    data = training_data(workdir, verifier, seed=seed)
+    session = TrainSession(data, seed=seed, **settings)
+    return session, f"new session on {data.path}"
+

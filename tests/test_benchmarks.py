@@ -72,7 +72,8 @@ def test_scores_table_is_the_mean_over_prompts_with_a_bootstrap_interval():
                PromptScore("d", "y", 0, 0)]  # d: no round, left out
     table = scores.summarise(records)
     assert list(table.index) == ["x", "y", scores.OVERALL]
-    assert table.loc["x", "tau"] == pytest.approx((2.0 + 1.0) / 2) and table.loc["x", "pooled"] == pytest.approx(1 + 4 / 6)
+    assert table.loc["x", "tau"] == pytest.approx((2.0 + 1.0) / 2)
+    assert table.loc["x", "pooled"] == pytest.approx(1 + 4 / 6)
     assert table.loc["y", "prompts"] == 1 and table.loc["y", "unscored"] == 1 and np.isnan(table.loc["y", "low"])
     assert table.loc[scores.OVERALL, "tau"] == pytest.approx((2 + 1 + 2) / 3)
     low, high = scores.interval(np.array([1.0, 1.2, 1.4, 1.6, 2.0]))

@@ -190,7 +190,7 @@ def test_overfit_that_fails_exits_1_naming_a_wiring_bug(tiny_verifier, tmp_path,
 
 
 def test_install_vllm_of_a_finished_environment_returns_at_once(tmp_path, capsys):
-    from eagle3kit.evaluate.vllm.env import MARKER
+    from eagle3kit.vllm_env import MARKER
 
     (tmp_path / MARKER).write_text("{}")
     assert main(["install-vllm", "--path", str(tmp_path)]) == 0
@@ -200,7 +200,7 @@ def test_install_vllm_of_a_finished_environment_returns_at_once(tmp_path, capsys
 def test_vllm_check_user_errors_are_one_line(smollm2, tmp_path, capsys, monkeypatch):
     """A missing draft dir; one without config.json; a real (SmolLM2) draft config with no prompts; no vLLM env."""
     from eagle3kit.draft.config import build_config, save_config
-    from eagle3kit.evaluate.vllm.env import VENV_VAR
+    from eagle3kit.vllm_env import VENV_VAR
 
     assert "no such file or folder" in one_line_error(capsys, ["vllm-check", "--draft", str(tmp_path / "nothing")])
     (tmp_path / "empty").mkdir()

@@ -3,7 +3,8 @@
 The layering, lowest first; a module may import its own layer and the layers below it, never one above:
 
 1. shared: ``errors``, ``atomic``, ``logs``, ``device``, ``figures``, ``tables``, ``assets``, ``validate``,
-   ``outputs``, ``params`` (and ``eagle3kit`` itself) -- no stage knowledge, used by all.
+   ``outputs``, ``params``, ``processes``, ``vllm_env`` (and ``eagle3kit`` itself) -- no stage knowledge, used by
+   all.
 2. ``verifier``: the model every stage measures against (it finds its GGUF through ``assets``).
 3. ``draft``: the draft config and model, from a verifier; knows nothing of data directories.
 4. ``masks``: speculators' attention masks for a draft (``ttt_steps``, the block-size rule).
@@ -29,7 +30,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "eagle3kit"
 
 LAYERS: list[set[str]] = [
-    {"eagle3kit", "errors", "atomic", "logs", "device", "figures", "tables", "assets", "validate", "outputs", "params"},
+    {"eagle3kit", "errors", "atomic", "logs", "device", "figures", "tables", "assets", "validate", "outputs", "params",
+     "processes", "vllm_env"},
     {"verifier"},
     {"draft"},
     {"masks"},

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from eagle3kit.cli import main
-from eagle3kit.evaluate.vllm import env as vllm_env
+from eagle3kit import vllm_env
 from eagle3kit.evaluate.vllm import serve
 from vllm_served import scrape_spec_metrics, served
 
@@ -75,8 +75,11 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys, mon
     τ; the doctor calls the checkpoint sound; vLLM accepts some of its tokens, its τ is close to eagle3kit's own decode
     loop on the same prompts, the output is unchanged. vLLM runs once, through `eagle3kit vllm-check` as a user types
     it (its --json gives the raw check to the assertions below)."""
+    import torch
+
     from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.loader import held_out_conversations
+    from eagle3kit.evaluate import benchmarks
     from eagle3kit.evaluate import speed
     from eagle3kit.evaluate.export import reload
     from eagle3kit.evaluate.vllm import compare as vllm_compare
@@ -106,21 +109,37 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys, mon
           f"weights {weights}")
     assert compare.summary(table)["within"] and weights.equal
     draft_dir = run.checkpoint()
-    prompts = chat_prompts(load_tokenizer(smollm2), held_out_conversations(data), N_PROMPTS, 64)
+    tok = load_tokenizer(smollm2)
+    mt_bench = benchmarks.load_set("mt-bench", N_PROMPTS)  # one prompt from each of the first four categories
+    prompts = chat_prompts(tok, held_out_conversations(data), N_PROMPTS, 64)
+    prompts += [torch.tensor([ids]) for ids in benchmarks.render(tok, mt_bench)]
     monkeypatch.setenv("COLUMNS", "400")  # one line per table row
     capsys.readouterr()
-    code = main(["vllm-check", "--draft", draft_dir, "--data", data, "--n-prompts", N_PROMPTS, "--max-prompt-tokens",
-                 64, "--max-new-tokens", NEW_TOKENS, "--k", K, "--json", tmp_path / "check.json"])
+    code = main(["vllm-check", "--draft", draft_dir, "--data", data, "--bench", "held-out", "--bench", "mt-bench",
+                 "--n-prompts", N_PROMPTS, "--max-prompt-tokens", 64, "--max-new-tokens", NEW_TOKENS, "--k", K,
+                 "--json", tmp_path / "check.json"])
     out = capsys.readouterr().out
     print(out)
-    assert code == 0 and f"{N_PROMPTS}/{N_PROMPTS}" in out and "acceptance at draft position 3" in out
+    n = len(prompts)
+    assert code == 0 and f"{n}/{n}" in out and "acceptance at draft position 3" in out
     assert "(at most k + 1 = 4)" in out and "0.32.0" in out
     side = out[out.index("eagle3kit beside vLLM"):]  # eagle3kit's simulated τ for the same prompts and lengths
     assert "eagle3kit simulated" in side and "τ (tokens per verifier step)" in side
     assert "vllm serve" in out and "--speculative-config" in out
-    check = serve.VllmCheck(**json.loads((tmp_path / "check.json").read_text()))
+    raw = json.loads((tmp_path / "check.json").read_text())
+    check = serve.VllmCheck(**raw["vllm"])
     assert check.tau > 1.0 and check.accepted > 0
-    assert check.lossless == len(prompts)
+    assert check.lossless == n
+    # vLLM's per-request acceptance sums to its own aggregate counters, and each set's table is made of it
+    whole = check.subset(0, n)
+    assert (whole.drafts, whole.accepted, whole.accepted_per_pos) == (check.drafts, check.accepted,
+                                                                       check.accepted_per_pos)
+    for name, (start, end) in (("held-out", (0, N_PROMPTS)), ("mt-bench", (N_PROMPTS, n))):
+        assert f"{name}: τ per category" in out and f"lossless in vLLM: {end - start}/{end - start}" in out
+        records = raw["sets"][name]["records"]["vLLM"]
+        assert [[r["rounds"], r["accepted"]] for r in records] == [
+            [sum(h), sum(j * c for j, c in enumerate(h))] for h in check.histograms[start:end]]
+    assert [r["category"] for r in raw["sets"]["mt-bench"]["records"]["vLLM"]] == [p.category for p in mt_bench]
 
     model, draft = load_model(smollm2), reload(draft_dir)
     conts = continuations(model, prompts, NEW_TOKENS, progress=False)
@@ -203,7 +222,7 @@ def test_served_command_answers_an_openai_client_and_stops_clean(untrained, smol
 def test_the_env_beside_the_checkout_is_found_from_any_working_dir(tmp_path, monkeypatch):
     """Notebooks run with their own folder as the working dir: the environment ``make vllm`` made beside the
     checkout must still be the one found (a move of this module once made it look in notebooks/)."""
-    from eagle3kit.evaluate.vllm.env import CHECKOUT, VENV_VAR, vllm_env_dir
+    from eagle3kit.vllm_env import CHECKOUT, VENV_VAR, vllm_env_dir
 
     assert (CHECKOUT / "eagle3kit" / "evaluate" / "vllm" / "env.py").is_file() and (CHECKOUT / "Makefile").is_file()
     monkeypatch.delenv(VENV_VAR, raising=False)

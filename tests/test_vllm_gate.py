@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eagle3kit.draft.config import build_config, save_config
 from eagle3kit.evaluate.export import vllm_commands
-from eagle3kit.evaluate.vllm import env
+from eagle3kit import vllm_env as env
 from eagle3kit.evaluate.vllm.gate import check_in_vllm
 
 PROMPTS = [[1, 2, 3]]
@@ -31,7 +31,7 @@ def test_a_check_not_asked_for_or_without_vllm_is_skipped_with_the_serve_command
 
 
 def test_a_small_host_binds_vllm_to_every_core_a_large_one_keeps_vllm_default():
-    from eagle3kit.evaluate.vllm.env import SMALL_HOST, run_env
+    from eagle3kit.vllm_env import SMALL_HOST, run_env
 
     two = run_env([0, 1])
     assert two["VLLM_CPU_OMP_THREADS_BIND"] == "0,1" and two["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"

@@ -20,8 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from eagle3kit.evaluate.export import serve_line
-from eagle3kit.evaluate.vllm.env import VllmError, vllm_python
-from eagle3kit.evaluate.vllm.serve import _launch, _stop_group, _tail, serve_command
+from eagle3kit.vllm_env import VllmError, vllm_python
+from eagle3kit.evaluate.vllm.serve import SERVE_ENV, serve_command
+from eagle3kit.processes import launch, log_tail, stop_group
 
 
 def _free_port(host: str) -> int:
@@ -72,21 +73,21 @@ def _running(argv: list[str], port: int, timeout: float, log_path: str | os.Path
     url = f"http://127.0.0.1:{port}"
     what = "vllm " + (" ".join(argv[1:3]) if argv[1] == "launch" else argv[1])  # "vllm serve", "vllm launch render"
     log = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="eagle3kit-serve-")) / "server.log"
-    proc = _launch(argv, log)
+    proc = launch(argv, log, SERVE_ENV)
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise VllmError(f"{what} exited with code {proc.returncode}; log tail:\n{_tail(log)}")
+                raise VllmError(f"{what} exited with code {proc.returncode}; log tail:\n{log_tail(log)}")
             with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as r:
                 if r.status == 200:
                     break
             if time.monotonic() > deadline:
-                raise VllmError(f"{what} did not answer /health within {timeout:.0f}s; log tail:\n{_tail(log)}")
+                raise VllmError(f"{what} did not answer /health within {timeout:.0f}s; log tail:\n{log_tail(log)}")
             time.sleep(0.5)
         yield url
     finally:
-        _stop_group(proc)
+        stop_group(proc)
         if log_path is None:
             shutil.rmtree(log.parent, ignore_errors=True)
 

@@ -209,14 +209,14 @@ def _settings(args: argparse.Namespace, k: int, verifier) -> dict:
 
 # ----------------------------------------------------------------------------------------------- vLLM
 def install_vllm_options(p: argparse.ArgumentParser) -> None:
-    from eagle3kit.evaluate.vllm.env import VENV_VAR, install_vllm_env
+    from eagle3kit.vllm_env import VENV_VAR, install_vllm_env
 
     signature_options(p, install_vllm_env, {"path": f"the environment's folder (None: ${VENV_VAR}, else .venv-vllm)"})
 
 
 def cmd_install_vllm(args: argparse.Namespace) -> int:
     """install vLLM's CPU build in its own environment (once; a few minutes) and print its folder"""
-    from eagle3kit.evaluate.vllm.env import install_vllm_env
+    from eagle3kit.vllm_env import install_vllm_env
 
     print(install_vllm_env(args.path))
     return 0
@@ -241,7 +241,7 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
     from eagle3kit.evaluate.export import reload, vllm_commands
     from eagle3kit.evaluate.vllm import serve
     from eagle3kit.evaluate.vllm.compare import comparison_table, speed_rows
-    from eagle3kit.evaluate.vllm.env import VllmError, vllm_python
+    from eagle3kit.vllm_env import VllmError, vllm_python
     from eagle3kit.atomic import write_text
     from eagle3kit.tables import format_table
     from eagle3kit.verifier import load_model, load_tokenizer

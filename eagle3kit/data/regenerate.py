@@ -30,6 +30,9 @@ from eagle3kit.device import resolve_device
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
 
+ENGINES = ("auto", "vllm", "transformers")
+
+
 @dataclass
 class RegenInfo:
     path: str
@@ -39,6 +42,23 @@ class RegenInfo:
     tokens_per_s: float | None
     resumed: int  # conversations taken over from an interrupted run
     empty: int  # prompts the verifier answered with nothing at once (left out)
+    engine: str = "transformers"  # what wrote the replies: "vllm" (its CPU build, served) or "transformers"
+    start_seconds: float = 0.0  # the engine's start (vLLM: until its server answered), besides ``seconds``
+
+
+def choose_engine(engine: str, verifier_path: str | None, device: str) -> tuple[str, str | None]:
+    """(the engine that writes the replies, why not vLLM when "auto" falls back). "auto": vLLM's CPU build when it
+    is installed and serves this verifier on a CPU (about 4x faster here), else transformers' batched loop."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)} (got {engine!r}).")
+    if engine == "transformers":
+        return engine, None
+    from eagle3kit.data import regenerate_vllm
+
+    why = ("it runs the CPU build here, not on " + device) if device != "cpu" else regenerate_vllm.usable(verifier_path)
+    if why and engine == "vllm":
+        raise ValueError(f"engine='vllm' cannot write these replies: {why}.")
+    return ("transformers", f"transformers writes the replies (not vLLM: {why})") if why else ("vllm", None)
 
 
 def regenerate(
@@ -52,26 +72,35 @@ def regenerate(
     batch_size: int = 32,  # bench/regenerate.py: 4.8x batch-1 tokens/s at 32, 4.4x at 16 (2 cores)
     device: str = "auto",
     progress: bool = True,
+    engine: str = "auto",
 ) -> RegenInfo:
-    """Write ``n_conversations`` conversations whose reply is the verifier's greedy answer (resumable)."""
+    """Write ``n_conversations`` conversations whose reply is the verifier's greedy answer (resumable). ``engine``:
+    see :func:`choose_engine` (vLLM writes in bf16 where the CPU computes it natively, transformers in float32)."""
     validate.check_all({"n_conversations": n_conversations, "max_new_tokens": max_new_tokens,
                         "max_prompt_tokens": max_prompt_tokens, "batch_size": batch_size})
     v = resolve(verifier)
+    engine, fallback = choose_engine(engine, v.path, resolve_device(device))
+    if fallback and progress:
+        print(fallback)
     out = Path(out_path)
     partial = out.with_name(out.name + ".partial")
     settings = {"verifier": v.path, "n_conversations": n_conversations, "max_new_tokens": max_new_tokens,
-                "max_prompt_tokens": max_prompt_tokens,
+                "max_prompt_tokens": max_prompt_tokens, "engine": engine,
                 "seed": seed, "source": str(Path(source).resolve()) if source is not None else None}
     if out.is_file():  # finished before with the same settings: nothing to read or generate
         done = _read_records(out)
         if done and done[0].get("settings") == settings:
-            return RegenInfo(str(out), len(done), 0, 0.0, None, len(done), 0)
+            return RegenInfo(str(out), len(done), 0, 0.0, None, len(done), 0, engine)
     tokenizer = load_tokenizer(v)
     prompts = distinct_prompts(tokenizer, source, seed, n_conversations, max_prompt_tokens)
     records = _resume(partial, settings)
     resumed = len(records)
     todo = [i for i in range(len(prompts)) if i not in records]
-    if todo:
+    started = 0.0
+    if todo and engine == "vllm":
+        seconds, n_tokens, started = _write_with_vllm(v.path, tokenizer, prompts, todo, records, partial, settings,
+                                                      max_new_tokens, progress)
+    elif todo:
         model = load_model(v, device=resolve_device(device))
         t0, n_tokens = time.perf_counter(), 0
         bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=not progress)
@@ -101,7 +130,33 @@ def regenerate(
     write_text(out, "\n".join(lines) + "\n")
     partial.unlink(missing_ok=True)
     return RegenInfo(str(out), len(kept), sum(r["tokens"] for r in kept), round(seconds, 2),
-                     round(n_tokens / seconds, 1) if seconds else None, resumed, len(prompts) - len(kept))
+                     round(n_tokens / seconds, 1) if seconds else None, resumed, len(prompts) - len(kept), engine,
+                     round(started, 2))
+
+
+def _write_with_vllm(path: str, tokenizer, prompts, todo: list[int], records: dict, partial: Path, settings: dict,
+                     max_new_tokens: int, progress: bool) -> tuple[float, int, float]:
+    """The replies of ``todo`` written by vLLM (:mod:`eagle3kit.data.regenerate_vllm`), kept in ``records`` and
+    appended to ``partial``; (seconds writing, tokens written, seconds starting)."""
+    from eagle3kit.data.regenerate_vllm import replies
+
+    raw = partial.with_name(partial.name + ".vllm.jsonl")  # speculators' rows, resumed by its --resume
+    ids, started, seconds = replies(path, [prompts[i][0] for i in todo], raw, max_new_tokens, progress)
+    eos = tokenizer.eos_token_id
+    n_tokens = 0
+    with partial.open("a", encoding="utf-8") as f:
+        if not records:
+            f.write(json.dumps({"settings": settings}) + "\n")
+        for j, i in enumerate(todo):
+            reply = [t for t in ids.get(j, []) if t != eos]
+            text = tokenizer.decode(reply, skip_special_tokens=True)
+            records[i] = {"index": i, "messages": prompts[i][0] + [{"role": "assistant", "content": text}],
+                          "tokens": len(reply)}
+            f.write(json.dumps(records[i]) + "\n")
+            n_tokens += len(reply)
+    for leftover in (raw, raw.with_name(raw.stem + ".errors.jsonl")):  # speculators' rows and its error log
+        leftover.unlink(missing_ok=True)
+    return seconds, n_tokens, started
 
 
 def distinct_prompts(tokenizer, source: str | os.PathLike | None, seed: int, n: int, max_prompt_tokens: int

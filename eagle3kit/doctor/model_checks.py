@@ -8,7 +8,7 @@ import torch
 from eagle3kit.doctor.facts import DoctorSubject
 from eagle3kit.doctor.findings import Finding
 from eagle3kit.draft.config import resolve_aux_layer_ids
-from eagle3kit.evaluate.vllm.serve import CPU_HEAD_SIZES
+from eagle3kit.vllm_env import CPU_HEAD_SIZES
 
 
 def weight_findings(s: DoctorSubject) -> list[Finding]:

@@ -5,8 +5,9 @@
 ``defaults``    the evaluation defaults ``evaluate`` and ``vllm-check`` share (prompts, lengths, k)
 ``benchmarks``  the named prompt sets (MT-bench, HumanEval, a math set, held-out), read offline, rendered
 ``scores``      τ per benchmark category: per-prompt records, mean with a bootstrap interval, pooled, plot, JSON
+``report``      what notebook 06 reports: a draft on a named set beside its held-out prompts, stability, summary
+``recipes``     what the recipe lab (bench/recipe.py) measured: τ per CPU minute per lever, the frontier, its plot
 ``conventions`` τ as eagle3kit, speculators and SpecForge count it, with the conversions
-``budget``      τ against the CPU minutes spent making the draft, and its plot
 ``speed``       from τ to speed: the speedup arithmetic, measured step costs, tokens/s side by side only when alike
 ``export``      reload an exported draft with speculators, the vLLM serve command
 ``vllm``        the draft in real vLLM (its own environment, subprocesses only): :mod:`eagle3kit.evaluate.vllm`

@@ -178,9 +178,11 @@ def read_sets(path: str | os.PathLike) -> dict[str, dict[str, list[PromptScore]]
 
 
 def simulated_scores(verifier_model, tokenizer, drafts: dict, prompts: list[BenchPrompt], max_new_tokens: int,
-                     k: int, progress: bool = True) -> tuple[list[list[int]], list[list[int]], dict]:
+                     k: int, progress: bool = True, conts: list[list[int]] | None = None
+                     ) -> tuple[list[list[int]], list[list[int]], dict]:
     """Render the prompts (:func:`eagle3kit.evaluate.benchmarks.render`), write the verifier's greedy continuations
-    once, and score each named draft on them by simulation: (prompt ids, continuations, {draft: records})."""
+    once (or take ``conts``: e.g. vLLM's greedy outputs of the same prompts), and score each named draft on them by
+    simulation: (prompt ids, continuations, {draft: records})."""
     import torch
 
     from eagle3kit.evaluate.acceptance import continuations, simulate_each
@@ -188,6 +190,7 @@ def simulated_scores(verifier_model, tokenizer, drafts: dict, prompts: list[Benc
 
     ids = render(tokenizer, prompts, verifier_model)
     tensors = [torch.tensor([i]) for i in ids]
-    conts = continuations(verifier_model, tensors, max_new_tokens, tokenizer.eos_token_id, progress)
+    if conts is None:
+        conts = continuations(verifier_model, tensors, max_new_tokens, tokenizer.eos_token_id, progress)
     return ids, conts, {name: from_simulation(prompts, simulate_each(verifier_model, d, tensors, conts, k, progress))
                         for name, d in drafts.items()}

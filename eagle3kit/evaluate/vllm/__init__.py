@@ -1,7 +1,6 @@
 """The draft in real vLLM's CPU build, which lives in its own environment (``.venv-vllm``) and is reached through
-subprocesses only.
+subprocesses only (the environment itself: :mod:`eagle3kit.vllm_env`).
 
-``env``      find or install that environment (``python -m eagle3kit.evaluate.vllm.env [DIR]``, what ``make vllm`` runs)
 ``serve``    check the inputs, run ``worker.py`` on the same prompts with and without the draft, the serve command
 ``worker``   standalone script run by the vLLM environment's python (imports only vllm and the standard library)
 ``gate``     whether a draft is checked in vLLM here (each reason to skip in one line), and that check

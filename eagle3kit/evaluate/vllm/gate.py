@@ -7,11 +7,11 @@ must be asked for, and the vLLM environment must exist (:class:`VllmNotInstalled
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from eagle3kit.evaluate.acceptance import Acceptance
 from eagle3kit.evaluate.export import vllm_commands
-from eagle3kit.evaluate.vllm.env import MAKE_IT, VllmNotInstalled, vllm_python
+from eagle3kit.vllm_env import MAKE_IT, VllmNotInstalled, vllm_python
 from eagle3kit.evaluate.vllm.serve import VllmCheck, VllmInputError, check_draft
 
 
@@ -20,8 +20,9 @@ class VllmGate:
     """The serve command (None: vLLM's CPU build cannot serve the draft), the check (None: skipped) and why not."""
 
     command: str | None
-    check: VllmCheck | None
+    check: VllmCheck | None  # on the main prompts
     skipped: str | None
+    groups: dict[str, VllmCheck] = field(default_factory=dict)  # on each further group of prompts (same run)
 
     def lines(self) -> list[str]:
         """What a reader is told: why the check was skipped, then the command that serves the draft."""
@@ -36,8 +37,11 @@ class VllmGate:
 
 
 def check_in_vllm(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None, prompts: list[list[int]],
-                  max_new_tokens: int, k: int, enabled: bool) -> VllmGate:
-    """Check the draft in vLLM's CPU build on ``prompts`` (token ids) when ``enabled`` and every gate is open."""
+                  max_new_tokens: int, k: int, enabled: bool, groups: dict[str, list[list[int]]] | None = None
+                  ) -> VllmGate:
+    """Check the draft in vLLM's CPU build on ``prompts`` (token ids) when ``enabled`` and every gate is open;
+    ``groups``: further named prompt lists generated in the same run (one engine start), each checked apart
+    (:meth:`VllmCheck.subset`)."""
     try:
         command = vllm_commands(draft_dir, k, verifier_dir)["long"]
     except VllmInputError as exc:  # e.g. a head_dim vLLM's CPU attention lacks (the doctor warns about it)
@@ -49,4 +53,11 @@ def check_in_vllm(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike 
         vllm_python()
     except VllmNotInstalled as exc:
         return VllmGate(command, None, f"skipped: {exc}")
-    return VllmGate(command, check_draft(draft_dir, verifier_dir, prompts, max_new_tokens, k=k), None)
+    groups = groups or {}
+    everything = [list(p) for p in prompts] + [list(p) for g in groups.values() for p in g]
+    whole = check_draft(draft_dir, verifier_dir, everything, max_new_tokens, k=k)
+    parts, start = {}, len(prompts)
+    for name, group in groups.items():
+        parts[name] = whole.subset(start, start + len(group))
+        start += len(group)
+    return VllmGate(command, whole.subset(0, len(prompts)) if groups else whole, None, parts)

@@ -1,6 +1,6 @@
 """Serve an exported draft in real vLLM (the CPU build, in its own environment) and check it there.
 
-vLLM pins another torch than speculators, so it lives in its own environment (:mod:`eagle3kit.evaluate.vllm.env`)
+vLLM pins another torch than speculators, so it lives in its own environment (:mod:`eagle3kit.vllm_env`)
 and eagle3kit talks to it through subprocesses only: :func:`check_draft` runs ``worker.py`` (the same prompts
 with and without the draft: τ from vLLM's counters, output unchanged); :func:`served` (tests/vllm_served.py) starts the
 :func:`serve_command` a user runs.
@@ -8,24 +8,21 @@ with and without the draft: τ from vLLM's counters, output unchanged); :func:`s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import tempfile
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 
 from eagle3kit.errors import UserError
 from eagle3kit.evaluate.defaults import MAX_NEW_TOKENS
-from eagle3kit.evaluate.vllm.env import VllmError, run_env, vllm_python
+from eagle3kit.processes import launch, log_tail, stop_group
+from eagle3kit.vllm_env import CPU_HEAD_SIZES, VllmError, run_env, vllm_python
 
-CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vllm 0.32 CPUAttentionBackend
 SERVE_ENV = run_env()  # KV cache and core binding for this host
 WORKER = Path(__file__).with_name("worker.py")
 
@@ -127,6 +124,18 @@ class VllmCheck:
         """The 1-minute load average before → after each timed run, with the draft / without it."""
         return " / ".join("→".join(f"{x:.1f}" for x in self.load.get(r, [])) or "?" for r in ("draft", "plain"))
 
+    def subset(self, start: int, end: int) -> VllmCheck:
+        """The check of prompts ``start:end`` alone: their outputs, and counters summed from their per-request
+        histograms (the same counts vLLM's counters sum over all prompts). Speed and step times stay the whole
+        run's: those prompts were generated in one batch with the others."""
+        hist = self.histograms[start:end]
+        drafts = sum(sum(h) for h in hist)
+        accepted = sum(j * n for h in hist for j, n in enumerate(h))
+        per_pos = [sum(n for h in hist for j, n in enumerate(h) if j > i) for i in range(self.k)]
+        return replace(self, drafts=drafts, accepted=accepted, accepted_per_pos=per_pos,
+                       outputs_draft=self.outputs_draft[start:end], outputs_plain=self.outputs_plain[start:end],
+                       histograms=hist)
+
     def summary(self) -> dict[str, object]:
         return {"tau_vllm": round(self.tau, 4), "drafts": self.drafts, "accepted": self.accepted,
                 "acceptance_per_pos": [round(a, 4) for a in self.acceptance_per_pos],
@@ -147,41 +156,6 @@ class VllmCheck:
         return pd.DataFrame(rows, columns=["measure", "value"])
 
 
-def _tail(path: Path, n: int = 40) -> str:
-    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-    return "\n".join(lines[-n:])
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes in process group ``pgid``, from /proc."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                pids.append(int(stat.parent.name))
-    return pids
-
-
-def _stop_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
-    """SIGTERM the process group ``proc`` leads; SIGKILL what is left after ``grace`` seconds."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        if proc.poll() is not None and not group_members(proc.pid):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and (proc.poll() is None or group_members(proc.pid)):
-            time.sleep(0.2)
-
-
-def _launch(argv: list[str], log: Path) -> subprocess.Popen:
-    """Start ``argv`` in its own session (so its whole process group can be stopped), output into ``log``."""
-    with log.open("w") as f:
-        return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **SERVE_ENV},
-                                start_new_session=True)
-
-
 def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None,
                 prompts_token_ids: list[list[int]], max_new_tokens: int = MAX_NEW_TOKENS, k: int | None = None,
                 timeout: float = 900.0, venv: str | os.PathLike | None = None,
@@ -198,15 +172,15 @@ def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | 
                 "max_num_seqs": max_num_seqs}
         (Path(tmp) / "spec.json").write_text(json.dumps(spec))
         log, out = Path(tmp) / "worker.log", Path(tmp) / "out.json"
-        proc = _launch([str(python), str(WORKER), str(Path(tmp) / "spec.json"), str(out)], log)
+        proc = launch([str(python), str(WORKER), str(Path(tmp) / "spec.json"), str(out)], log, SERVE_ENV)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise VllmError(f"vLLM did not finish within {timeout:.0f}s; log tail:\n{_tail(log)}") from None
+            raise VllmError(f"vLLM did not finish within {timeout:.0f}s; log tail:\n{log_tail(log)}") from None
         finally:
-            _stop_group(proc, grace=5.0)
+            stop_group(proc, grace=5.0)
         if code != 0 or not out.exists():
-            raise VllmError(f"vLLM failed (exit code {code}); log tail:\n{_tail(log)}")
+            raise VllmError(f"vLLM failed (exit code {code}); log tail:\n{log_tail(log)}")
         raw = _json(out)
     d, p, c = raw["runs"]["draft"], raw["runs"]["plain"], raw["runs"]["draft"]["counters"]
     return VllmCheck(k, c["drafts"], c["accepted"], c["accepted_per_pos"], d["outputs"], p["outputs"],

