@@ -109,6 +109,10 @@ RECIPES = [
            Data(aux_layer_ids=(29,))),
     Recipe("no-ttt", "EAGLE-3 ablation: training-time test", "trained with 1 TTT step (served at k = 3)",
            ttt_steps=1),
+    Recipe("loss-ce", "loss", "cross-entropy on the verifier's top token (speculators' `ce`), not KL",
+           train=(("loss_fn", "ce"),)),
+    Recipe("loss-lk", "loss", "speculators' `lk_hybrid` (KL blended into acceptance-rate TV)",
+           train=(("loss_fn", "lk_hybrid"),)),
     Recipe("all-tokens", "supervision", "every token's next-token distribution a target (prompt tokens too)",
            Data(supervise="all")),
 ]
@@ -171,29 +175,49 @@ class Lab:
         if d.supervise == "all":
             base, seconds = self.data(dataclasses.replace(d, supervise="replies"))
             supervise_all(base, out)
+            phases = {"as": "the same data, its loss mask set to 1 (no cost of its own)"}
         else:
-            seconds = self._build(d, out)
-        cost.write_text(json.dumps({"seconds": seconds, "data": dataclasses.asdict(d)}))
+            phases = self._build(d, out)
+            seconds = sum(p["seconds"] for p in phases.values())
+        cost.write_text(json.dumps({"seconds": seconds, "phases": phases, "data": dataclasses.asdict(d)}))
         return out, seconds
 
-    def _build(self, d: Data, out: Path) -> float:
+    def _regen(self, d: Data, n: int) -> tuple[Path, dict]:
+        """The verifier's replies to ``n`` training prompts (+ the held-out ones), and what writing them cost (measured
+        when they were written, kept beside them)."""
+        path = self.work / f"regen-{d.replies if d.replies != 'mix' else 'vllm'}-{n}-{d.reply_tokens}.jsonl"
+        sidecar = path.with_suffix(".cost.json")
+        if path.exists() and sidecar.exists():
+            return path, json.loads(sidecar.read_text())
+        for stale in self.work.glob(path.name + "*"):
+            stale.unlink()
+        load, t0 = os.getloadavg()[0], time.perf_counter()
+        regenerate(self.v, path, n_conversations=n + HELD_OUT + 8, max_new_tokens=d.reply_tokens,
+                   max_prompt_tokens=d.prompt_tokens, progress=False,
+                   engine="transformers" if d.replies == "transformers" else "vllm")
+        cost = {"seconds": time.perf_counter() - t0, "load": [round(load, 2), round(os.getloadavg()[0], 2)]}
+        sidecar.write_text(json.dumps(cost))
+        return path, cost
+
+    def _build(self, d: Data, out: Path) -> dict:
+        """Build ``d``'s data directory; the seconds of each phase and the load average around it."""
         shutil.rmtree(out, ignore_errors=True)
-        t0 = time.perf_counter()
+        phases: dict = {}
         source = None
         if d.replies in ("vllm", "transformers", "mix"):
             n_regen = d.n_conversations // 2 if d.replies == "mix" else d.n_conversations
-            regen = regenerate(self.v, self.work / f"regen-{d.replies}-{n_regen}-{d.reply_tokens}.jsonl",
-                               n_conversations=n_regen + HELD_OUT + 8, max_new_tokens=d.reply_tokens,
-                               max_prompt_tokens=d.prompt_tokens, progress=False,
-                               engine="transformers" if d.replies == "transformers" else "vllm")
-            source = regen.path
+            regen, phases["regenerate"] = self._regen(d, n_regen)
+            source = str(regen)
             if d.replies == "mix":
-                source = mix_source(Path(regen.path), d.n_conversations - n_regen, self.work / f"mix-{d.key()}.jsonl")
+                source = mix_source(regen, d.n_conversations - n_regen, self.work / f"mix-{d.key()}.jsonl")
+        load, t0 = os.getloadavg()[0], time.perf_counter()
         build_dataset(self.v, out, n_conversations=d.n_conversations, seq_length=d.seq_length,
                       draft_vocab_size=d.draft_vocab_size, held_out=HELD_OUT, dtype="native", batch_size=4,
                       source=source, aux_layer_ids=list(d.aux_layer_ids) if d.aux_layer_ids else None,
                       progress=False)
-        return time.perf_counter() - t0
+        phases["hidden_states"] = {"seconds": time.perf_counter() - t0,
+                                   "load": [round(load, 2), round(os.getloadavg()[0], 2)]}
+        return phases
 
     # -------------------------------------------------------------------------------------------- a recipe
     def session(self, r: Recipe, data_dir: Path, steps: int) -> TrainSession:
@@ -203,13 +227,25 @@ class Lab:
         return TrainSession(data_dir, spec, progress=False, max_steps=steps, **r.settings())
 
     def seconds_per_step(self, r: Recipe, data_dir: Path) -> float:
-        probe = self.session(r, data_dir, 100)
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            probe.step()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times[1:])
+        """Seconds a training step of this recipe's shape takes: measured once per shape (median of 4 steps after a
+        first one) and kept in ``calibration.json``, so that every recipe of one shape gets the same steps for the
+        same training minutes, whatever else the machine did while it ran."""
+        s = r.settings()
+        shape = json.dumps([r.data.draft_vocab_size, s["total_seq_len"], r.ttt_steps, len(r.data.aux_layer_ids or
+                                                                                          (0, 0, 0)),
+                            s.get("loss_fn", "kl_div")])
+        path = self.work / "calibration.json"
+        table = json.loads(path.read_text()) if path.exists() else {}
+        if shape not in table:
+            probe = self.session(r, data_dir, 100)
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                probe.step()
+                times.append(time.perf_counter() - t0)
+            table[shape] = {"seconds": statistics.median(times[1:]), "load": round(os.getloadavg()[0], 2)}
+            path.write_text(json.dumps(table, indent=1))
+        return table[shape]["seconds"]
 
     def run(self, r: Recipe, budget: float | None = None) -> dict:
         budget = budget or r.budget or self.budget
@@ -267,7 +303,8 @@ def mix_source(regenerated: Path, n_sharegpt: int, out: Path) -> str:
     were not among the regenerated prompts, as one JSONL (the data's held-out ones come first, from the former)."""
     regen = conv.read_jsonl(regenerated)
     asked = {r[0]["content"] for r in regen}
-    own = [t for t in conv.ordered(conv.read(None), 0) if t[0]["content"] not in asked][:n_sharegpt]
+    # half as many again: a ShareGPT conversation whose first reply lies beyond seq_length is dropped by the build
+    own = [t for t in conv.ordered(conv.read(None), 0) if t[0]["content"] not in asked][:n_sharegpt * 3 // 2]
     conv.write_jsonl(out, regen + own)
     return str(out)
 
@@ -286,7 +323,12 @@ def main() -> int:
     quiet()
     lab = Lab(Path(args.work), args.budget)
     chosen = [r for r in RECIPES if not args.only or r.name in args.only.split(",")]
-    rows = [lab.run(r) for r in chosen]
+    rows = []
+    for r in chosen:
+        try:
+            rows.append(lab.run(r))
+        except Exception as exc:  # one recipe's failure is reported, the others run
+            print(f"{r.name}: failed: {type(exc).__name__}: {exc}", flush=True)
     for row in rows:
         print(recipes.row_line(recipes.LabRow.from_result(row)), flush=True)
     frontier = []

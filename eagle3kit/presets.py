@@ -34,7 +34,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     },
     "04": {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
-               "dtype": "float32", "regenerate_tokens": 16},
+               "dtype": "float32", "regenerate_tokens": 16, "regenerate_engine": "transformers"},
         # demo: the verifier writes the replies (self-distillation; held-out tau 1.21 vs 1.12 on ShareGPT's replies at
         # the same steps), a 2048-token draft vocab (~2x faster steps than 8192). Many short replies beat fewer long
         # ones at the same cost: 256 replies of <= 96 tokens to user turns cut to 128 tokens (as 06's prompts), ~24k

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -33,6 +33,7 @@ seq_length = 384           # tokens per conversation (longer ones are cut)
 draft_vocab_size = 4096    # 0: the verifier's full vocab
 regenerate_tokens = 0      # > 0: the verifier rewrites each reply (greedy, up to this many tokens)
 regenerate_prompt_tokens = 256  # the user turn it answers is cut to this many tokens
+regenerate_engine = "auto"  # "auto": vLLM's CPU build when `make vllm` installed it, else transformers
 batch_size = 4
 dtype = "float32"          # hidden states: "float32" | "bfloat16" | "native" (bf16 where the device computes it)
 seed = 0
@@ -68,14 +69,18 @@ dvs = draft_vocab_size or None
 # ## Whose replies? Optional self-distillation
 #
 # The draft will be asked to predict *this verifier's* text. ShareGPT's replies were written by other models, so with
-# `regenerate_tokens > 0` the verifier first answers each conversation's first user turn itself (greedy, batched
-# `generate`), as speculators' `regenerate_responses` script does with a vLLM server. The file is saved batch by batch
-# and resumes after an interruption.
+# `regenerate_tokens > 0` the verifier first answers each conversation's first user turn itself (greedy), as
+# speculators' `regenerate-responses` does. By default (`regenerate_engine = "auto"`) it does exactly that: vLLM's CPU
+# build serves the verifier (bf16 where the CPU computes it natively, every core) and speculators' own
+# `regenerate-responses` sends it the prompts, hundreds at a time; about 3x faster here than transformers' batched loop,
+# which writes them when vLLM is not installed (`bench/regeneration_engines.py` measures both). The replies are saved
+# as they come and an interrupted run resumes.
 
 # %%
 source = None
 if regenerate_tokens:
     regen = regenerate(verifier, workdir / "regenerated.jsonl", n_conversations=n_conversations + held_out + 8,
+                       engine=regenerate_engine,
                        max_new_tokens=regenerate_tokens, max_prompt_tokens=regenerate_prompt_tokens, seed=seed)
     source = regen.path
     display(pd.Series(vars(regen)).to_frame("value"))
@@ -97,20 +102,17 @@ else:
 # final norm, because speculators applies `verifier_norm` itself.
 
 # %%
+request = dict(n_conversations=n_conversations, seq_length=seq_length, draft_vocab_size=dvs, seed=seed,
+               held_out=held_out, dtype=dtype, batch_size=batch_size, source=source)
 t0 = time.perf_counter()
-info = build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
-                     draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
-                     source=source)
+info = build_dataset(verifier, data_dir, **request)
 hidden_states_seconds = time.perf_counter() - t0
 pd.Series(info.to_dict()).to_frame("value")
 
 # %%
 print("files in", data_dir)
 display(DataDir(data_dir).files_table())
-again = build_dataset(verifier, data_dir, n_conversations=n_conversations, seq_length=seq_length,
-                      draft_vocab_size=dvs, seed=seed, held_out=held_out, dtype=dtype, batch_size=batch_size,
-                      source=source, progress=False)
-print("run again:", again.files)
+print("run again:", build_dataset(verifier, data_dir, **request, progress=False).files)
 
 # %% [markdown]
 # ## What trains: one conversation and its loss mask
@@ -124,10 +126,7 @@ print("run again:", again.files)
 
 # %%
 tokenizer = load_tokenizer(verifier)
-for turns in held_out_conversations(data_dir):  # the first held-out one with an answer inside seq_length
-    sample = conv.tokenize(tokenizer, turns, seq_length)
-    if sum(sample.loss_mask):
-        break
+turns, sample = conv.first_supervised(tokenizer, held_out_conversations(data_dir), seq_length)
 report = pd.DataFrame(conv.mask_report(tokenizer, turns, sample))
 display(report.assign(reply=report["reply"].str[:50], masked=report["masked"].str[:50]))
 assert (report["equal"] | report["cut at seq_length"]).all(), "a masked run is not the assistant's text"
@@ -220,5 +219,6 @@ record_summary(workdir, "04", samples=info.n_samples, tokens=info.tokens, assist
                coverage=round(info.coverage, 4), data_dir=str(data_dir),
                replies="verifier" if regenerate_tokens else "sharegpt",
                regenerate_tokens_per_s=round(regen.tokens_per_s or 0) if regenerate_tokens else None,
-               regenerate_seconds=round(regen.seconds) if regenerate_tokens else 0,
+               regenerate_engine=regen.engine if regenerate_tokens else None,
+               regenerate_seconds=round(regen.seconds + regen.start_seconds) if regenerate_tokens else 0,
                hidden_states_seconds=round(hidden_states_seconds))

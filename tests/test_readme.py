@@ -91,4 +91,5 @@ def test_every_page_the_readme_links_exists():
     text = (REPO / "README.md").read_text()
     links = re.findall(r"\]\(([^)#]+)", text)
     assert "docs/data-format.md" in links
+    assert any(link.endswith(".png") for link in links)  # a picture of the toolkit at work, in the repository
     assert [link for link in links if not link.startswith("http") and not (REPO / link).exists()] == []

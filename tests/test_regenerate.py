@@ -21,7 +21,7 @@ def test_replies_equal_plain_greedy_decoding(smollm2, tmp_path):
     """Batched, left-padded generation gives each prompt exactly the verifier's unbatched greedy reply."""
     out = tmp_path / "regen.jsonl"
     info = regenerate(smollm2, out, n_conversations=3, max_new_tokens=12, max_prompt_tokens=48, batch_size=3,
-                      progress=False)
+                      progress=False, engine="transformers")
     assert info.n_conversations + info.empty == 3 and info.generated_tokens > 0
     tok, model = load_tokenizer(smollm2), load_model(smollm2)
     records = conv.read_jsonl(out)
@@ -38,22 +38,23 @@ def test_replies_equal_plain_greedy_decoding(smollm2, tmp_path):
 
 def test_interrupted_run_resumes_to_the_same_file(smollm2, tmp_path):
     full = tmp_path / "full.jsonl"
-    regenerate(smollm2, full, n_conversations=5, max_new_tokens=8, batch_size=2, progress=False)
+    regenerate(smollm2, full, n_conversations=5, max_new_tokens=8, batch_size=2, progress=False, engine="transformers")
     # what an interrupted run leaves: the settings line, two finished records and a line cut mid-write
     first = tmp_path / "first.jsonl"
-    regenerate(smollm2, first, n_conversations=5, max_new_tokens=8, batch_size=2, progress=False)
+    regenerate(smollm2, first, n_conversations=5, max_new_tokens=8, batch_size=2, progress=False,
+               engine="transformers")
     lines = first.read_text().splitlines()
     settings = json.loads(lines[0])["settings"]
     partial = tmp_path / "resumed.jsonl.partial"
     kept = [{"index": i, "messages": json.loads(lines[i])["messages"], "tokens": 8} for i in (0, 3)]
     partial.write_text("\n".join(json.dumps(x) for x in [{"settings": settings}, *kept]) + '\n{"index": 1, "mes')
     info = regenerate(smollm2, tmp_path / "resumed.jsonl", n_conversations=5, max_new_tokens=8, batch_size=2,
-                      progress=False)
+                      progress=False, engine="transformers")
     assert info.resumed == 2
     assert (tmp_path / "resumed.jsonl").read_text() == full.read_text()
     assert not partial.exists()
     again = regenerate(smollm2, tmp_path / "resumed.jsonl", n_conversations=5, max_new_tokens=8,
-                       progress=False)
+                       progress=False, engine="transformers")
     assert again.seconds == 0 and again.generated_tokens == 0  # already complete: nothing is generated
 
 
@@ -66,7 +67,8 @@ def test_partial_with_other_settings_is_started_over(tiny_verifier, tmp_path):
 
 def test_build_dataset_trains_on_the_regenerated_replies(smollm2, tiny_verifier, tmp_path):
     src = tmp_path / "regen.jsonl"
-    regenerate(smollm2, src, n_conversations=6, max_new_tokens=10, max_prompt_tokens=64, progress=False)  # tiny
+    regenerate(smollm2, src, n_conversations=6, max_new_tokens=10, max_prompt_tokens=64, progress=False,
+               engine="transformers")  # tiny
     # shares its tokenizer
     info = build_dataset(tiny_verifier, tmp_path / "data", n_conversations=4, seq_length=256, held_out=1,
                          source=src, progress=False)
@@ -106,3 +108,49 @@ def test_cli_regenerate(tiny_verifier, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert '"n_conversations"' in printed and "eagle3kit data --source" in printed
     assert len(conv.read_jsonl(out)) >= 1
+
+
+def test_auto_falls_back_to_transformers_and_says_why(tiny_verifier, smollm2, tmp_path, monkeypatch, capsys):
+    from eagle3kit import vllm_env
+    from eagle3kit.data.regenerate import choose_engine
+
+    assert choose_engine("auto", tiny_verifier.path, "cpu")[0] == "transformers"  # vLLM CPU: no head_dim 16
+    assert "head_dim 16" in choose_engine("auto", tiny_verifier.path, "cpu")[1]
+    assert choose_engine("transformers", smollm2.path, "cpu") == ("transformers", None)
+    monkeypatch.setenv(vllm_env.VENV_VAR, str(tmp_path / "none"))  # a machine without `make vllm`
+    engine, why = choose_engine("auto", smollm2.path, "cpu")
+    assert engine == "transformers" and "No finished vLLM environment" in why and "make vllm" in why
+    with pytest.raises(ValueError, match="engine='vllm' cannot write these replies"):
+        choose_engine("vllm", smollm2.path, "cpu")
+    info = regenerate(tiny_verifier, tmp_path / "t.jsonl", n_conversations=2, max_new_tokens=3)
+    assert info.engine == "transformers" and "transformers writes the replies (not vLLM" in capsys.readouterr().out
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_writes_the_verifier_replies_through_speculators_regenerate_responses(smollm2, tmp_path):
+    """vLLM's CPU build serves SmolLM2 and speculators' own regenerate-responses asks it: the prompts are the chat
+    template's (the first greedy tokens match transformers' float32 reply; vLLM computes in bf16 here, so a later
+    token may part at a near tie), the file is the one build_dataset reads, a finished file is not redone."""
+    from eagle3kit.data.regenerate_vllm import usable
+
+    if why := usable(smollm2.path):
+        pytest.skip(why)
+    out = tmp_path / "regen.jsonl"
+    info = regenerate(smollm2, out, n_conversations=6, max_new_tokens=12, max_prompt_tokens=48, progress=False,
+                      engine="vllm")
+    assert info.engine == "vllm" and info.start_seconds > 0 and info.generated_tokens > 0
+    assert info.n_conversations + info.empty == 6
+    tok, model = load_tokenizer(smollm2), load_model(smollm2)
+    records = conv.read_jsonl(out)
+    same_start = 0
+    for turns in records:
+        ids = tok.apply_chat_template(turns[:-1], add_generation_prompt=True, return_tensors="pt",
+                                      return_dict=True)["input_ids"]
+        want = tok.decode(greedy_generate(model, ids, 3, tok.eos_token_id), skip_special_tokens=True)
+        same_start += turns[-1]["content"].startswith(want.strip()[:8])
+    assert same_start >= len(records) - 1
+    assert not list(tmp_path.glob("*.partial*"))  # speculators' rows and error log cleaned up
+    again = regenerate(smollm2, out, n_conversations=6, max_new_tokens=12, max_prompt_tokens=48, progress=False,
+                       engine="vllm")
+    assert again.seconds == 0 and again.resumed == info.n_conversations

@@ -24,7 +24,7 @@ def _measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt (repeatable)")
     p.add_argument("--bench", action="append", metavar="NAME", choices=bench_names(),
                    help=f"a named prompt set, scored per category (repeatable): {', '.join(bench_names())} "
-                   "(held-out: --data's held-out conversations); see docs/benchmarks.md")
+                   "(held-out: --data's held-out conversations); see docs/scoring.md")
     p.add_argument("--n-prompts", type=int, default=None,
                    help=f"at most this many prompts (default: {defaults.N_PROMPTS}; a --bench set: all of it, a "
                    "shorter run takes the categories in turn)")

@@ -290,3 +290,12 @@ def mask_report(tokenizer, turns: Turns, sample: Tokenized) -> list[dict]:
         rows.append({"turn": k, "reply": replies[k], "masked": run, "end marker": marker,
                      "equal": run == replies[k] + marker, "cut at seq_length": cut})
     return rows
+
+
+def first_supervised(tokenizer, conversations: list[Turns], seq_length: int) -> tuple[Turns, Tokenized]:
+    """The first conversation with an assistant token inside ``seq_length``, tokenized (what notebook 04 shows)."""
+    for turns in conversations:
+        sample = tokenize(tokenizer, turns, seq_length)
+        if sum(sample.loss_mask):
+            return turns, sample
+    raise ConversationError(f"None of the {len(conversations)} conversations has a reply within {seq_length} tokens.")

@@ -125,6 +125,21 @@ def speed_line(plan: speedup.SpeedPlan) -> str:
             f"{plan.best:.2f}x): `eagle3kit plan --verifier ... --tau {plan.tau:.2f}` for another GPU or batch.")
 
 
+def lever_lines(tau: float, break_even: float) -> list[str]:
+    """Below the τ at which the draft pays: the lever the recipe lab measured strongest (bench/results/recipe.json),
+    with its effect; nothing when the draft pays or no lab result is there."""
+    from eagle3kit.evaluate.recipes import read_lab, strongest_lever
+
+    if tau >= break_even:
+        return []
+    try:
+        rows, _frontier, _context = read_lab()
+    except FileNotFoundError:
+        return []
+    line = strongest_lever(rows)
+    return [f"τ {tau:.2f} is below the {break_even:.2f} at which this draft pays. {line}"] if line else []
+
+
 def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None = None,
                 data_dir: str | os.PathLike | None = None, prompts: list | None = None, k: int | None = None,
                 n_prompts: int | None = None, max_new_tokens: int = 48,
@@ -154,7 +169,7 @@ def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None
                            acceptance=c.agreement.draft.rates()["cumulative"].fillna(0.0).tolist(),
                            draft_vocab_size=config.draft_vocab_size,
                            num_layers=config.transformer_layer_config.num_hidden_layers)
-    lines = verdict(k, steps, c.agreement, text) + [speed_line(plan)]
+    lines = verdict(k, steps, c.agreement, text) + [speed_line(plan)] + lever_lines(plan.tau, plan.break_even)
     if bench is not None:
         lines[0] = f"On {bench} ({len(c.agreement.prompts)} prompts, whole; per category above): " + lines[0]
     return TauReport(k, steps, c.agreement, text, lines, plan, c.findings, bench)

@@ -45,6 +45,7 @@ class LabRow:
     steps: int
     epochs: float
     tau: dict[str, Tau]
+    train_measured: float = float("nan")  # the training's wall minutes as measured (more when the machine was busy)
 
     @property
     def minutes(self) -> float:
@@ -57,8 +58,9 @@ class LabRow:
             row = summarise([PromptScore(x["id"], x["category"], x["rounds"], x["accepted"]) for x in records])
             overall = row.iloc[-1]
             taus[name] = Tau(float(overall["tau"]), float(overall["low"]), float(overall["high"]))
-        return cls(r["name"], r["lever"], r["what"], r["minutes"]["data"], r["minutes"]["train"], r["steps"],
-                   r["epochs"], taus)
+        minutes = r["minutes"]  # training: the steps at the calibrated seconds a step (what the budget counts)
+        return cls(r["name"], r["lever"], r["what"], minutes["data"], minutes.get("train_planned", minutes["train"]),
+                   r["steps"], r["epochs"], taus, minutes["train"])
 
 
 def row_line(row: LabRow) -> str:
@@ -72,7 +74,8 @@ def table(rows: list[LabRow], reference: str = REFERENCE) -> pd.DataFrame:
     out = []
     for r in rows:
         line = {"recipe": r.name, "lever": r.lever, "what": r.what, "minutes": round(r.minutes, 1),
-                "data min": round(r.data_minutes, 1), "steps": r.steps, "epochs": r.epochs}
+                "data min": round(r.data_minutes, 1), "steps": r.steps, "epochs": r.epochs,
+                "train min measured": round(r.train_measured, 1)}
         for s in SETS:
             if s in r.tau:
                 line[f"τ {s}"] = str(r.tau[s])
