@@ -27,7 +27,6 @@ from speculators.train.dataloader import create_train_val_loaders
 from eagle3kit.assets import AssetMissingError
 from eagle3kit.cli import main
 from eagle3kit.data import conversations as conv
-from eagle3kit.data.conversations import HELD_OUT
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import bad_files, remake_command, require_healthy
 from eagle3kit.errors import UserError
@@ -65,7 +64,7 @@ def built(tmp_path_factory, tiny_verifier):
 def test_layout_is_speculators(built, tiny_verifier):
     out, info = built
     assert info.n_samples >= 1 and info.files["written"] == info.n_samples
-    for name in ("state.json", "dataset_info.json", "token_freq.pt", "d2t-256.npy", "t2d-256.npy", HELD_OUT):
+    for name in ("state.json", "dataset_info.json", "token_freq.pt", "d2t-256.npy", "t2d-256.npy", DataDir.HELD_OUT):
         assert (out / name).exists(), name
     f = load_file(str(out / "hidden_states" / "hs_0.safetensors"))
     n_states = len(info.aux_layer_ids) + 1
@@ -288,7 +287,7 @@ def test_interrupted_before_manifest_starts_again(tmp_path, tiny_verifier):
     src = _jsonl(tmp_path / "c.jsonl", _convs(3))
     out = tmp_path / "d"
     (out / ".arrow.tmp").mkdir(parents=True)  # what Ctrl-C during tokenization leaves
-    (out / HELD_OUT).write_text("")
+    (out / DataDir.HELD_OUT).write_text("")
     info = build_dataset(tiny_verifier, out, source=src, **{**SMALL, "n_conversations": 2, "held_out": 1})
     assert info.n_samples == 2 and not (out / ".arrow.tmp").exists()
 

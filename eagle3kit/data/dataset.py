@@ -49,7 +49,7 @@ from eagle3kit.data import conversations as conv
 from eagle3kit.data import hidden_states as hs
 from eagle3kit.data import vocab
 from eagle3kit import validate
-from eagle3kit.data.directory import HIDDEN_STATES, MANIFEST, DataDir, DataError, Manifest, Request, verifier_identity
+from eagle3kit.data.directory import MANIFEST, DataDir, DataError, Manifest, Request, verifier_identity
 from eagle3kit.device import resolve_device, resolve_dtype
 from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
 from eagle3kit.verifier import Verifier, load_tokenizer, resolve
@@ -94,24 +94,20 @@ def input_id_rows(data_dir: str | os.PathLike) -> list[list[int]]:
 
 
 # ----------------------------------------------------------------------------------------------- building
-_OURS = ("data-*.arrow", "dataset_info.json", "state.json", "token_freq.pt", "d2t-*.npy", "t2d-*.npy", conv.HELD_OUT,
-         MANIFEST, ".*.tmp*", HIDDEN_STATES)
-
-
 def _only_ours(out: Path) -> bool:
     """True when every entry of ``out`` is something build_dataset writes (an interrupted first build)."""
-    return all(any(p.match(pattern) for pattern in _OURS) for p in out.iterdir())
+    return all(any(p.match(pattern) for pattern in DataDir.WRITTEN) for p in out.iterdir())
 
 
 def prepared_elsewhere(out: str | os.PathLike) -> bool:
     """True for a directory holding an Arrow dataset without an eagle3kit manifest or held-out file: what
     ``speculators prepare-data`` writes (an interrupted ``build_dataset`` has written ``held_out.jsonl`` first)."""
     data = DataDir(out)
-    return data.has_arrow and not data.has_manifest and not (Path(out) / conv.HELD_OUT).exists()
+    return data.has_arrow and not data.has_manifest and not data.held_out_path.exists()
 
 
 def _clear(out: Path) -> None:
-    for pattern in _OURS:
+    for pattern in DataDir.WRITTEN:
         for p in out.glob(pattern):
             shutil.rmtree(p) if p.is_dir() else p.unlink()
 
@@ -178,7 +174,7 @@ def _tokenize(v: Verifier, request: Request, out: Path, progress: bool) -> dict:
             f"(n_conversations<={len(rows)}), fewer held out, a larger seq_length or a bigger source."
         )
     out.mkdir(parents=True, exist_ok=True)
-    conv.write_jsonl(out / conv.HELD_OUT, held)
+    conv.write_jsonl(out / DataDir.HELD_OUT, held)
     _write_arrow(out, rows)
     vocab.save_token_freq(load_from_disk(str(out)), out)
     return {"skipped_unusable": counts["skipped_unusable"], "dropped_empty": dropped, "truncated": truncated,

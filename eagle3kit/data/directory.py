@@ -20,7 +20,6 @@ Two kinds of directory open, under one rule:
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -32,7 +31,6 @@ from eagle3kit.data.manifest import MANIFEST, Manifest, Request, VerifierIdentit
 from eagle3kit.errors import UserError
 from eagle3kit.verifier import Verifier, resolve
 
-HIDDEN_STATES = "hidden_states"  # speculators' folder of hs_{i}.safetensors (its ArrowDataset reads it by this name)
 SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 NO_MANIFEST = f"has no {MANIFEST} (speculators' pipeline made it?)"
 
@@ -43,7 +41,17 @@ class DataError(UserError):
 
 class DataDir:
     """A data directory, its manifest read once. ``DataDir.open(path)``; ``str()`` / ``os.fspath()`` give its path,
-    so it goes wherever a path does. See the module doc for a directory without an eagle3kit manifest."""
+    so it goes wherever a path does. See the module doc for a directory without an eagle3kit manifest.
+
+    The names of the files inside are stated here, once; readers ask for them (a path) rather than spell them."""
+
+    ARROW = ("data-*.arrow", "dataset_info.json", "state.json")  # speculators' Arrow dataset (``save_to_disk``)
+    HIDDEN_STATES = "hidden_states"  # the folder of hs_{i}.safetensors (speculators' ArrowDataset reads this name)
+    TOKEN_FREQ = "token_freq.pt"  # {token id: count} over the supervised tokens (speculators' counter)
+    D2T, T2D = "d2t-{n}.npy", "t2d-{n}.npy"  # the draft vocab mapping of size n (speculators' names)
+    HELD_OUT = "held_out.jsonl"  # conversations kept out of training (eagle3kit's)
+    WRITTEN = (*ARROW, TOKEN_FREQ, D2T.format(n="*"), T2D.format(n="*"), HELD_OUT, MANIFEST, ".*.tmp*", HIDDEN_STATES)
+    """Every entry ``eagle3kit data`` writes (as glob patterns), temporary files included."""
 
     def __init__(self, path: str | os.PathLike, verifier: Verifier | str | os.PathLike | None = None,
                  aux_layer_ids: list[int] | None = None):
@@ -91,7 +99,19 @@ class DataDir:
 
     @property
     def hidden_states_dir(self) -> Path:
-        return self.path / HIDDEN_STATES
+        return self.path / self.HIDDEN_STATES
+
+    @property
+    def token_freq_path(self) -> Path:
+        return self.path / self.TOKEN_FREQ
+
+    @property
+    def held_out_path(self) -> Path:
+        return self.path / self.HELD_OUT
+
+    def mapping_paths(self, draft_vocab_size: int) -> tuple[Path, Path]:
+        """``(d2t-{N}.npy, t2d-{N}.npy)`` for draft vocab size N."""
+        return self.path / self.D2T.format(n=draft_vocab_size), self.path / self.T2D.format(n=draft_vocab_size)
 
     def hidden_state_file(self, index: int) -> Path:
         """``hidden_states/hs_{index}.safetensors`` (speculators' name for dataset row ``index``)."""
@@ -104,8 +124,7 @@ class DataDir:
     @property
     def has_arrow(self) -> bool:
         """True when the Arrow dataset (``save_to_disk``: state.json, dataset_info.json, data-*.arrow) is there."""
-        p = self.path
-        return (p / "state.json").exists() and (p / "dataset_info.json").exists() and any(p.glob("data-*.arrow"))
+        return all(any(self.path.glob(pattern)) for pattern in self.ARROW)
 
     # ------------------------------------------------------------------------------------------- manifest facts
     @property
@@ -191,8 +210,9 @@ class DataDir:
         """Draft vocab sizes with a mapping: the manifest's, else the ``t2d-{N}.npy`` files present."""
         if self.manifest:
             return sorted(self.manifest.vocab)
-        found = (re.fullmatch(r"t2d-(\d+)\.npy", p.name) for p in self.path.glob("t2d-*.npy"))
-        return sorted(int(m[1]) for m in found if m)
+        head, tail = self.T2D.split("{n}")
+        sizes = (p.name.removeprefix(head).removesuffix(tail) for p in self.path.glob(self.T2D.format(n="*")))
+        return sorted(int(n) for n in sizes if n.isdigit())
 
     @property
     def draft_vocab_size(self) -> int | None:
@@ -276,14 +296,14 @@ class DataDir:
                             f"{text.hidden_size}; pass the verifier that made them (--verifier).")
         wrong = [n for n in self.draft_vocab_sizes if self._t2d_length(n) not in (None, text.vocab_size)]
         if wrong:
-            raise DataError(f"{self.path}/t2d-{wrong[0]}.npy maps a vocabulary of {self._t2d_length(wrong[0])} "
+            raise DataError(f"{self.mapping_paths(wrong[0])[1]} maps a vocabulary of {self._t2d_length(wrong[0])} "
                             f"tokens, verifier {v.name!r} has {text.vocab_size}; pass the verifier that made the data.")
         return self
 
     def _t2d_length(self, n: int) -> int | None:
         import numpy as np  # lazy: only directories with a mapping need it
 
-        path = self.path / f"t2d-{n}.npy"
+        path = self.mapping_paths(n)[1]
         return int(np.load(path, mmap_mode="r").shape[0]) if path.exists() else None
 
     def files_table(self) -> pd.DataFrame:

@@ -75,7 +75,7 @@ def fill_hidden_states(verifier: Verifier | str, out_dir: str | os.PathLike, aux
     dtype = resolve_dtype(dtype, device)
     samples = input_id_rows(data.path)
     state, stats = hs.fill(v, data.hidden_states_dir, samples, aux, dtype, device, batch_size, progress)
-    if not vocab.token_freq_path(data.path).exists():  # prepare-data skips it by default (--skip-token-freq)
+    if not data.token_freq_path.exists():  # prepare-data skips it by default (--skip-token-freq)
         vocab.save_token_freq(load_from_disk(str(data.path)), data.path)
     coverage = None
     if draft_vocab_size is not None:

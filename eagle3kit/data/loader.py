@@ -23,7 +23,7 @@ from eagle3kit.verifier import Verifier
 
 def held_out_conversations(data_dir: str | os.PathLike) -> list[list[dict]]:
     """The held-out conversations (role/content turns) for evaluation."""
-    path = Path(data_dir) / conv.HELD_OUT
+    path = Path(data_dir) / DataDir.HELD_OUT
     return conv.read_jsonl(path) if path.exists() and path.stat().st_size else []
 
 
