@@ -5,53 +5,76 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from dataclasses import dataclass, field
+from typing import Any
 
 from eagle3kit.cli.args import given, settings_options
 from eagle3kit.errors import UserError
+from eagle3kit.evaluate import defaults
 from eagle3kit.evaluate.benchmarks import SETS as BENCH_SETS
 
 
-# dest -> (flag, default): what only the doctor of a config built here reads, and only the doctor of a draft folder
-CONFIG_ONLY = {"target_device": ("--device", "auto"), "attn": ("--attn", "auto"), "seq_len": ("--seq-len", None),
-               "loss": ("--loss", "auto"), "model": ("--model", False)}
-DRAFT_ONLY = {"why_tau": ("--why-tau", False, "measures a draft folder's tau"),
-              "no_measure": ("--no-measure", False, "skips a draft folder's measurement"),
-              "k": ("--k", None, "is the k a draft folder is served with"),
-              "bench": ("--bench", None, "names the prompt set --why-tau measures on")}
+@dataclass(frozen=True)
+class Option:
+    """A doctor option that one mode alone reads: its flag, default and help, the rest of ``add_argument``'s
+    arguments, and (an option of the draft-folder mode) what it does, for the refusal without ``--draft``."""
+
+    flag: str
+    default: Any
+    help: str
+    does: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _switch(flag: str, help: str, does: str = "") -> Option:
+    return Option(flag, False, help, does, {"action": "store_true"})
+
+
+# dest -> Option: what only the doctor of a config built here reads, then what only the doctor of a draft folder reads
+CONFIG_ONLY = {
+    "target_device": Option("--device", "auto", "the device the findings are for (default: auto)"),
+    "attn": Option("--attn", "auto", "auto | unset | sdpa | eager | simple_flex_attention | ... (set on the config "
+                   "as given, so that the doctor judges it)"),
+    "seq_len": Option("--seq-len", None, "total_seq_len of the packed batches", kwargs={"type": int}),
+    "loss": Option("--loss", "auto", "loss implementation (default: speculators' loss_config=None, i.e. fused)",
+                   kwargs={"choices": ["auto", "eager", "fused", "default"]}),
+    "model": _switch("--model", "also build the model and check its weights"),
+}
+DRAFT_ONLY = {
+    "why_tau": _switch("--why-tau", "with --draft: measure why its tau is low (acceptance per position, the untrained "
+                       "baseline, the dataset's text vs the verifier's, k vs TTT steps)",
+                       "measures a draft folder's tau"),
+    "bench": Option("--bench", None, "with --draft --why-tau: measure on prompts of this named set, whole and per "
+                    f"category ({', '.join(BENCH_SETS)}), instead of --data's held-out prompts",
+                    "names the prompt set --why-tau measures on", {"metavar": "NAME", "choices": list(BENCH_SETS)}),
+    "no_measure": _switch("--no-measure", "with --draft: skip the measurement that tells trained weights from an "
+                          "initialisation", "skips a draft folder's measurement"),
+    "k": Option("--k", None, "with --draft: the k it is served with, checked against its TTT steps and measured by "
+                f"--why-tau (default, or {defaults.K}: the draft's ttt_steps)",
+                "is the k a draft folder is served with", {"type": int}),
+}
+
+
+def _add_options(p: argparse.ArgumentParser, options: dict[str, Option]) -> None:
+    for dest, o in options.items():
+        p.add_argument(o.flag, dest=dest, default=o.default, help=o.help, **o.kwargs)
 
 
 def doctor_options(p: argparse.ArgumentParser) -> None:
     from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
-    from eagle3kit.evaluate import defaults
 
     settings_options(p, DraftSpec, skip=("attn_implementation", "device"),
                      helps={"training": "check for training (gradients); --no-training: inference only",
                             "verifier": "the verifier to check against (default: the one --data's manifest names, "
                             f"else the one --draft's config names, else {DraftSpec.verifier})"})
-    p.add_argument("--device", dest="target_device", default=CONFIG_ONLY["target_device"][1],
-                   help="the device the findings are for (default: auto)")
-    p.add_argument("--attn", default=CONFIG_ONLY["attn"][1], help="auto | unset | sdpa | eager | "
-                   "simple_flex_attention | ... (set on the config as given, so that the doctor judges it)")
-    p.add_argument("--seq-len", type=int, default=CONFIG_ONLY["seq_len"][1], help="total_seq_len of the packed batches")
-    p.add_argument("--loss", default=CONFIG_ONLY["loss"][1], choices=["auto", "eager", "fused", "default"],
-                   help="loss implementation (default: speculators' loss_config=None, i.e. fused)")
-    p.add_argument("--model", action="store_true", help="also build the model and check its weights")
+    _add_options(p, CONFIG_ONLY)
     p.add_argument("--data", default=None, help="also check a data directory: hidden-state files, last state, "
                    "loss mask vs the chat template, aux slices, vocab mapping")
     p.add_argument("--long", action="store_true", help="one block per finding instead of a table")
     p.add_argument("--draft", metavar="DIR", default=None,
                    help="check a trained draft folder (an export, a `speculators train` output, a downloaded draft) "
                    "against its verifier (--verifier overrides the one its config names) and --data")
-    p.add_argument("--why-tau", action="store_true", help="with --draft: measure why its tau is low (acceptance per "
-                   "position, the untrained baseline, the dataset's text vs the verifier's, k vs TTT steps)")
-    p.add_argument("--bench", metavar="NAME", default=None, choices=list(BENCH_SETS),
-                   help="with --draft --why-tau: measure on prompts of this named set, whole and per category "
-                   f"({', '.join(BENCH_SETS)}), instead of --data's held-out prompts")
-    p.add_argument("--no-measure", action="store_true",
-                   help="with --draft: skip the measurement that tells trained weights from an initialisation")
-    p.add_argument("--k", type=int, default=DRAFT_ONLY["k"][1], help="with --draft: the k it is served with, checked "
-                   f"against its TTT steps and measured by --why-tau (default, or {defaults.K}: the draft's "
-                   "ttt_steps)")
+    _add_options(p, DRAFT_ONLY)
 
 
 def refuse_idle_options(args: argparse.Namespace) -> None:
@@ -59,11 +82,11 @@ def refuse_idle_options(args: argparse.Namespace) -> None:
     from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
 
     if not args.draft:
-        for dest, (flag, default, does) in DRAFT_ONLY.items():
-            if getattr(args, dest) != default:
-                raise UserError(f"{flag} needs --draft DIR: it {does}; see `eagle3kit doctor --help`.")
+        for dest, o in DRAFT_ONLY.items():
+            if getattr(args, dest) != o.default:
+                raise UserError(f"{o.flag} needs --draft DIR: it {o.does}; see `eagle3kit doctor --help`.")
         return
-    idle = [flag for dest, (flag, default) in CONFIG_ONLY.items() if getattr(args, dest) != default]
+    idle = [o.flag for dest, o in CONFIG_ONLY.items() if getattr(args, dest) != o.default]
     idle += [f"--{name.replace('_', '-')}" for name in given(args, DraftSpec) if name != "verifier"]
     if idle:
         raise UserError(f"{idle[0]} does nothing with --draft DIR: it shapes the draft config the doctor builds, and "
