@@ -74,8 +74,13 @@ class DataDir:
         """Record what a directory without a manifest cannot say: the verifier that made its hidden states and the
         aux layer ids they hold (checked against the files first, :meth:`check_compatible`). Ignored for a directory
         with a manifest (it knows them; :meth:`check_compatible` compares). Returns self."""
+        return self if self.manifest else self.for_draft(verifier, aux_layer_ids)
+
+    def for_draft(self, verifier: Verifier | str | os.PathLike | None, aux_layer_ids: list[int] | None) -> DataDir:
+        """The directory checked, once, for a draft of ``verifier`` reading ``aux_layer_ids``: refused as
+        :meth:`check_compatible` refuses; a directory without a manifest also keeps them as told. Returns self."""
+        self.check_compatible(verifier, aux_layer_ids)
         if self.manifest is None:
-            self.check_compatible(verifier, aux_layer_ids)
             if verifier is not None:
                 self._told["verifier"] = ((verifier.path or verifier.name) if isinstance(verifier, Verifier)
                                           else str(verifier))

@@ -87,10 +87,12 @@ def make_loader(
     """Packed batches as ``speculators train`` makes them: ArrowDataset -> multipack sampler -> CollateFn(shift_batch).
 
     Each batch: hidden_states [1, T, n_aux*hidden], input_ids, verifier_last_hidden_states, loss_mask, position_ids,
-    document_ids (-1 = padding) with T = ``total_seq_len``. ``verifier`` / ``aux_layer_ids`` are checked against the
-    manifest when given.
+    document_ids (-1 = padding) with T = ``total_seq_len``. A path is opened here, a :class:`DataDir` used as it is;
+    ``verifier`` / ``aux_layer_ids`` are checked against the directory when given.
     """
-    data = DataDir.open(data_dir).check_compatible(verifier, aux_layer_ids)
+    data = data_dir if isinstance(data_dir, DataDir) else DataDir.open(data_dir)
+    if verifier is not None or aux_layer_ids is not None:
+        data.check_compatible(verifier, aux_layer_ids)
     if not data.complete:
         raise DataError(f"{data.path} is incomplete (extraction was interrupted); finish it with: "
                         f"{remake_command(data)}")

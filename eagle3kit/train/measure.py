@@ -53,14 +53,16 @@ class MeasuredStep:
 def measure_training_step(build: DraftBuild, data_dir: str | os.PathLike, total_seq_len: int,
                           loss_implementation: str = "eager") -> MeasuredStep:
     """Warm up one step (AdamW's moments appear), then measure the next on the same packed batch (float32, CPU)."""
-    from eagle3kit.train.batches import Batches  # lazy: the training stack is only needed to measure
+    from eagle3kit.data.directory import DataDir  # lazy: the training stack is only needed to measure
+    from eagle3kit.train.batches import Batches
     from eagle3kit.train.loop import PlainLoop
     from eagle3kit.train.session import TrainSettings
 
     settings = TrainSettings(total_seq_len=total_seq_len, loss_implementation=loss_implementation,
                              hidden_states_dtype="float32").resolved("cpu")
     loop = PlainLoop(build, data_dir, settings, total_steps=100)
-    batches = Batches(data_dir, build, total_seq_len, settings.seed, settings.train_data_ratio, torch.float32)
+    data = DataDir.open(data_dir).for_draft(build.verifier, build.aux_layer_ids)
+    batches = Batches(data, build, total_seq_len, settings.seed, settings.train_data_ratio, torch.float32)
     batch = batches.peek()
     loop.step(batch)
     peak, _ = peak_allocated(lambda: loop.step(batch))
