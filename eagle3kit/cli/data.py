@@ -58,11 +58,12 @@ def cmd_data(args: argparse.Namespace) -> int:
     import inspect
 
     from eagle3kit.assets import AssetMissingError  # lazy: torch + transformers take seconds to import
-    from eagle3kit.data.dataset import build_dataset, prepared_elsewhere
+    from eagle3kit.data.dataset import build_dataset
+    from eagle3kit.data.directory import DataDir
     from eagle3kit.data.targets import verify_targets
     from eagle3kit.verifier import DEFAULT_VERIFIER
 
-    if prepared_elsewhere(args.out):
+    if DataDir(args.out).prepared_elsewhere:
         return _fill(args)
     default_n = inspect.signature(build_dataset).parameters["n_conversations"].default
     n = getattr(args, "n_conversations", default_n)  # absent: not given; None: all

@@ -1,29 +1,23 @@
 """A data directory as one object: :class:`DataDir` reads ``eagle3kit_data.json`` once and owns its format, the
-paths inside the folder, the verifier identity and the compatibility check.
+names of the files inside, the verifier identity, the compatibility check and the folder a build resumes in.
 
-Two kinds of directory open, under one rule:
-
-* one made by :func:`eagle3kit.data.dataset.build_dataset`: ``has_manifest`` is True and ``manifest`` is a
-  :class:`~eagle3kit.data.manifest.Manifest` (verifier identity, aux layer ids, the request it was made with,
-  counts, vocab mappings);
-* one made by speculators' own pipeline (``speculators prepare-data``, then ``generate-offline-data`` or
-  ``eagle3kit data --out DIR`` filling its hidden states): the same Arrow dataset and
-  ``hidden_states/hs_{i}.safetensors`` but no eagle3kit manifest. What the files tell is read from them:
-  ``hidden_size``, ``n_states`` and ``dtype`` from the first hidden-state file, ``n_samples`` from the Arrow
-  dataset, ``complete`` from which rows have a file, ``draft_vocab_sizes`` from the ``t2d-{N}.npy`` files. What only
-  the user knows is told by name (``DataDir.open(path, verifier=..., aux_layer_ids=...)``, the CLI's ``--verifier``
-  and ``--aux-layer-ids``, or the draft's config) and then read back as ``verifier_ref`` / ``aux_layer_ids``;
-  :meth:`DataDir.require_verifier` and :meth:`DataDir.require_aux_layer_ids` refuse in one sentence naming the option
-  when it was not. ``seq_length`` and ``request`` stay None (the settings it was made with are unknown).
+Two kinds open under one rule (docs/handoff.md): one ``eagle3kit data`` made (``has_manifest``: the
+:class:`~eagle3kit.data.manifest.Manifest` answers), and one speculators' own pipeline made (``prepare-data``, then
+``generate-offline-data`` or ``eagle3kit data --out DIR``), without a manifest. There, what the files tell is read
+from them (``hidden_size``, ``n_states`` and ``dtype`` from the first hidden-state file, ``n_samples`` and
+``complete`` from the Arrow dataset, ``draft_vocab_sizes`` from the ``t2d`` files); what only the user knows is told
+(``DataDir.open(path, verifier=..., aux_layer_ids=...)``, ``--verifier`` / ``--aux-layer-ids``, or the draft's
+config) and read back as ``verifier_ref`` / ``aux_layer_ids``; ``require_verifier`` / ``require_aux_layer_ids``
+refuse in one sentence naming the option when it was not. ``seq_length`` and ``request`` stay None.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
-from safetensors import safe_open
 from speculators.data_generation.offline import get_existing_hidden_state_indices
 
 from eagle3kit.data import hidden_states as hs
@@ -229,14 +223,7 @@ class DataDir:
     def _first_file_shape(self) -> tuple[tuple[int, ...], str] | None:
         """(shape, safetensors dtype) of the first readable file's ``hidden_states`` (read once)."""
         if self._shape is None:
-            for p in self.hidden_state_files():
-                try:
-                    with safe_open(str(p), "pt") as f:
-                        part = f.get_slice("hidden_states")
-                        self._shape = (tuple(part.get_shape()), part.get_dtype())
-                        break
-                except Exception:  # a cut-off or foreign file: try the next one  # noqa: BLE001
-                    continue
+            self._shape = hs.first_shape(self.hidden_state_files())
         return self._shape
 
     @property
@@ -310,6 +297,42 @@ class DataDir:
 
         path = self.mapping_paths(n)[1]
         return int(np.load(path, mmap_mode="r").shape[0]) if path.exists() else None
+
+    # ------------------------------------------------------------------------------------------- building here
+    @property
+    def prepared_elsewhere(self) -> bool:
+        """An Arrow dataset without an eagle3kit manifest or held-out file: what ``speculators prepare-data`` writes
+        (an interrupted ``eagle3kit data`` has written ``held_out.jsonl`` first)."""
+        return self.has_arrow and not self.has_manifest and not self.held_out_path.exists()
+
+    def clear(self) -> None:
+        """Delete everything ``eagle3kit data`` writes here (:attr:`WRITTEN`); the manifest is gone with it."""
+        for pattern in self.WRITTEN:
+            for p in self.path.glob(pattern):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        self.manifest = None
+
+    def prepare_build(self, request: Request, verifier: Verifier, aux_layer_ids: list[int],
+                      overwrite: bool = False) -> Manifest | None:
+        """The folder made ready for ``eagle3kit data`` with ``request``: its manifest when it was made with the same
+        verifier, aux layers and request (the build resumes), else None, the folder empty (``overwrite``, or a first
+        build interrupted before its manifest). Refuses a folder made with other settings, or holding other files."""
+        if self.manifest is not None and overwrite:
+            self.clear()
+        if self.manifest is not None:
+            self.check_compatible(verifier, aux_layer_ids)
+            if changed := self.manifest.request.changes(request):
+                raise DataError(f"{self.path} was made with other settings ({changed}); pass --overwrite "
+                                "(overwrite=True) to rebuild it, or choose another --out.")
+            return self.manifest
+        if self.path.exists():
+            ours = all(any(p.match(pattern) for pattern in self.WRITTEN) for p in self.path.iterdir())
+            if not ours or self.prepared_elsewhere:
+                raise DataError(f"{self.path} is not empty and has no {MANIFEST}; choose an empty or new out_dir (a "
+                                "dataset `speculators prepare-data` wrote is filled by `eagle3kit data --out DIR "
+                                "--verifier V`).")
+            self.clear()  # a first build interrupted before its manifest: start again
+        return None
 
     def files_table(self) -> pd.DataFrame:
         """What the directory holds: one row per top-level entry (a folder's name ends in ``/``), with its size in
