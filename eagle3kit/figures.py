@@ -40,7 +40,6 @@ def show_figures_as_png(shell: Any = None) -> bool:
     formatter = getattr(shell, "display_formatter", None)
     if formatter is None:
         return False
-    # lazy: `import eagle3kit` (the CLI's start) stays free of matplotlib; here a notebook is running
     from IPython.core.pylabtools import print_figure
     from matplotlib.figure import Figure
 

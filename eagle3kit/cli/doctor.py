@@ -61,7 +61,7 @@ def _add_options(p: argparse.ArgumentParser, options: dict[str, Option]) -> None
 
 
 def doctor_options(p: argparse.ArgumentParser) -> None:
-    from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
+    from eagle3kit.draft.config import DraftSpec
 
     settings_options(p, DraftSpec, skip=("attn_implementation", "device"),
                      helps={"training": "check for training (gradients); --no-training: inference only",
@@ -79,7 +79,7 @@ def doctor_options(p: argparse.ArgumentParser) -> None:
 
 def refuse_idle_options(args: argparse.Namespace) -> None:
     """A :class:`UserError` for the first doctor option that would do nothing in this mode (or contradict another)."""
-    from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
+    from eagle3kit.draft.config import DraftSpec
 
     if not args.draft:
         for dest, o in DRAFT_ONLY.items():
@@ -100,14 +100,14 @@ def refuse_idle_options(args: argparse.Namespace) -> None:
 
 def state_ram(verifier) -> None:
     """Print the RAM the verifier takes in float32 on the CPU before the doctor loads it; refuse when short."""
-    from eagle3kit.doctor.ram import available_bytes, ram_line  # lazy: torch + speculators take seconds to import
+    from eagle3kit.doctor.ram import available_bytes, ram_line
 
     print(ram_line(verifier, available_bytes()), flush=True)
 
 
 def cmd_doctor_draft(args: argparse.Namespace) -> int:
     """``doctor --draft DIR``: the folder's findings, then (``--why-tau``) the tau verdict, from one measurement."""
-    from eagle3kit.doctor.draft_folder import examine_draft_folder  # lazy: torch + speculators take seconds
+    from eagle3kit.doctor.draft_folder import examine_draft_folder
     from eagle3kit.doctor.findings import findings_table, format_findings, has_errors
     from eagle3kit.doctor.low_tau import why_low_tau
     from eagle3kit.tables import format_table, terminal_width
@@ -131,7 +131,7 @@ def cmd_doctor_draft(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """preflight findings for a draft on a device (exit 1 on an error finding)"""
-    from eagle3kit.doctor import checks as doctor  # lazy: torch + speculators take seconds to import
+    from eagle3kit.doctor import checks as doctor
     from eagle3kit.doctor.findings import findings_table, format_findings, has_errors
     from eagle3kit.draft.config import DraftSpec, build_config, set_attention
     from eagle3kit.draft.model import build_model

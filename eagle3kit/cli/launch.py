@@ -32,7 +32,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     """write the speculators TrainConfig YAML + torchrun command (and dry-run it)"""
     from eagle3kit.doctor.checks import trainer_findings
     from eagle3kit.doctor.findings import format_findings
-    from eagle3kit.draft.config import DraftSpec, build_config  # lazy: torch + speculators take seconds to import
+    from eagle3kit.draft.config import DraftSpec, build_config
     from eagle3kit.plan.commands import check_rendezvous
     from eagle3kit.tables import format_table
     from eagle3kit.train import launch

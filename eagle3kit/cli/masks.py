@@ -17,7 +17,7 @@ def masks_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_masks(args: argparse.Namespace) -> int:
     """the EAGLE-3 training mask of a packed batch: stats per TTT step, PNG heatmap"""
-    from eagle3kit.atomic import atomic_file  # lazy, with the stages below: torch takes seconds to import
+    from eagle3kit.atomic import atomic_file
     from eagle3kit.masks import plots as mask_plots
     from eagle3kit.masks.eagle_mask import build_mask
     from eagle3kit.masks.explorer import parse_lengths

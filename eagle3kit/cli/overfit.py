@@ -9,7 +9,7 @@ from eagle3kit.cli.args import given_params, signature_options
 
 
 def overfit_options(p: argparse.ArgumentParser) -> None:
-    from eagle3kit.train.overfit import overfit  # lazy: torch + speculators take seconds to import
+    from eagle3kit.train.overfit import overfit
 
     signature_options(p, overfit, {
         "verifier": "smollm2 | tiny | a local HF directory | a hub id",
@@ -29,7 +29,7 @@ def overfit_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_overfit(args: argparse.Namespace) -> int:
     """train a fresh draft on one conversation and decode it: a wired draft is accepted as trained (exit 1 if not)"""
-    from eagle3kit.tables import terminal_width  # lazy: torch + speculators take seconds to import
+    from eagle3kit.tables import terminal_width
     from eagle3kit.train.overfit import overfit
 
     result = overfit(**given_params(args, overfit))

@@ -11,7 +11,7 @@ from eagle3kit.cli.args import given_params, signature_options
 
 
 def regenerate_options(p: argparse.ArgumentParser) -> None:
-    from eagle3kit.data.regenerate import regenerate  # lazy: torch + transformers take seconds to import
+    from eagle3kit.data.regenerate import regenerate
 
     signature_options(p, regenerate, {
         "verifier": "smollm2 | tiny | a local HF directory | a hub id",
@@ -28,7 +28,7 @@ def regenerate_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_regenerate(args: argparse.Namespace) -> int:
     """replace each reply by the verifier's own greedy answer (self-distillation)"""
-    from eagle3kit.data.regenerate import regenerate  # lazy: torch + transformers take seconds to import
+    from eagle3kit.data.regenerate import regenerate
 
     info = regenerate(**given_params(args, regenerate))
     print(json.dumps(dataclasses.asdict(info), indent=2))

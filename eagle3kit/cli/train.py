@@ -18,7 +18,7 @@ FROM_DATA = {"verifier": "default: the verifier the data was made with",
 
 def run_options(p: argparse.ArgumentParser, data_required: bool, skip_draft: tuple[str, ...]) -> None:
     """The options ``train`` and ``launch`` share: the data, the draft's fields and the training settings."""
-    from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
+    from eagle3kit.draft.config import DraftSpec
     from eagle3kit.train.session import TrainSettings
 
     p.add_argument("--data", required=data_required, help="data directory made by `eagle3kit data`, or by "
@@ -30,7 +30,7 @@ def run_options(p: argparse.ArgumentParser, data_required: bool, skip_draft: tup
 def run_spec(args: argparse.Namespace, **fixed):
     """The draft of ``train`` / ``launch`` and their data directory: the options given, else the data directory's
     verifier and vocab (a directory without a manifest refuses, naming the option, what it cannot say)."""
-    from eagle3kit.data.directory import DataDir  # lazy: torch takes seconds to import
+    from eagle3kit.data.directory import DataDir
     from eagle3kit.draft.config import DraftSpec
 
     if not args.data:
@@ -57,7 +57,7 @@ def train_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """train the draft N steps on a data directory (checkpoint, resume, export)"""
-    from eagle3kit.draft.config import DraftSpec  # lazy: torch + speculators take seconds to import
+    from eagle3kit.draft.config import DraftSpec
     from eagle3kit.tables import column_blocks, format_table
     from eagle3kit.train.checkpoint import read_session
     from eagle3kit.train.session import TrainSession, TrainSettings, metric_columns

@@ -190,7 +190,7 @@ class DataDir:
             return self.manifest.counts.get("n_samples")
         if not self.has_arrow:
             return None
-        from datasets import load_from_disk  # lazy: datasets takes a second to import
+        from datasets import load_from_disk
 
         return load_from_disk(str(self.path)).num_rows
 
@@ -293,7 +293,7 @@ class DataDir:
         return self
 
     def _t2d_length(self, n: int) -> int | None:
-        import numpy as np  # lazy: only directories with a mapping need it
+        import numpy as np
 
         path = self.mapping_paths(n)[1]
         return int(np.load(path, mmap_mode="r").shape[0]) if path.exists() else None

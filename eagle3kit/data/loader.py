@@ -39,7 +39,7 @@ def held_out_prompt_ids(data_dir: str | os.PathLike, n: int, max_prompt_tokens: 
     none): the rows of the split speculators' trainer validates on (``ArrowDataset(split="val")``: the rows after
     ``int(rows * train_ratio)``), each cut before its first supervised token, i.e. the render that ends with the
     generation prompt. Prompts longer than ``max_prompt_tokens`` are skipped (a cut would drop the template's head)."""
-    from datasets import load_from_disk  # lazy: only directories without held-out conversations need it
+    from datasets import load_from_disk
 
     rows = load_from_disk(str(data_dir)).with_format(None)
     out = []

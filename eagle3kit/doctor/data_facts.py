@@ -31,7 +31,7 @@ def read_data_dir(data_dir: str | os.PathLike, draft_vocab_size: int | None = No
     """The one adapter between the doctor and a data directory (its manifest, mapping and held-out conversations).
     A directory without a manifest (speculators' pipeline) is read with ``verifier`` (the draft's) and its aux layers
     are measured: which verifier layer each stored slice is (:func:`eagle3kit.data.supervision.audit_aux`)."""
-    from eagle3kit.data.supervision import audit_aux  # lazy: only directories without a manifest need it
+    from eagle3kit.data.supervision import audit_aux
 
     d = DataDir.open(data_dir, verifier)  # told only to a directory without a manifest (one with names its own)
     ref = d.require_verifier()

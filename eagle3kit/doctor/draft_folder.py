@@ -77,7 +77,7 @@ def examine_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | 
     """:func:`check_draft_folder`, keeping what it loaded and measured. ``measure_k``: draft positions measured
     (None: the served k); ``prompts``: instead of the data's held-out conversations; ``before_load(verifier)``: called
     once before the verifier's weights are loaded (the CLI states their RAM there, or refuses)."""
-    from eagle3kit.doctor import folder_checks as fc  # lazy: the checks import the verifier's and data's stages
+    from eagle3kit.doctor import folder_checks as fc
     from eagle3kit.doctor.findings import has_errors
     from eagle3kit.doctor.findings import guarded as findings_guard
     from eagle3kit.doctor.model_checks import serving_findings, shape_findings

@@ -67,7 +67,7 @@ def _flatten(tree: dict, out: dict | None = None) -> dict:
 
 def read_run(draft_dir: Path) -> dict:
     """speculators train's run.yaml (in the draft folder or its parent), flattened to its leaf keys; {} if none."""
-    import yaml  # lazy: only speculators outputs have one
+    import yaml
 
     for folder in (draft_dir, draft_dir.parent):
         if (folder / RUN_FILE).exists():
