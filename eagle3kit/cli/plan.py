@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from eagle3kit.cli.args import given_params, signature_options
 
@@ -31,10 +32,12 @@ def plan_options(p: argparse.ArgumentParser) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     """disk, GPU memory per rank and time of the GPU run, each number labelled measured/derived/assumed"""
     from eagle3kit.plan.report import plan_run
-    from eagle3kit.tables import format_table
+    from eagle3kit.tables import format_sections, terminal_width
 
     plan = plan_run(**given_params(args, plan_run))
-    print(format_table(plan.table()))
-    print("\nCommands for this run:\n  " + "\n  ".join(plan.commands))
-    print("\nAssumptions:\n  - " + "\n  - ".join(plan.assumptions))
+    print(format_sections(plan.table()))
+    print("\nCommands for this run:\n  " + "\n  ".join(plan.commands))  # whole lines, to copy
+    print("\nAssumptions:")
+    for assumption in plan.assumptions:
+        print(textwrap.fill(assumption, terminal_width(), initial_indent="  - ", subsequent_indent="    "))
     return 0 if plan.fits else 1
