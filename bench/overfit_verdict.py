@@ -7,7 +7,8 @@ the one-conversation data directory before training the way a miswired pipeline 
 :mod:`eagle3kit.data.breakages`). One JSON line per
 case is appended to ``OUT/results.jsonl`` (τ, accepted per round, the training accuracy per TTT step at the last step,
 loss first/last) and a table is printed with the verdict's numbers: the mean draft tokens accepted per round against
-the number the draft's own training accuracy predicts (``expected_accepted``).
+the number the draft's own training accuracy predicts (``expected_accepted``). A run is recorded in
+``bench/results/overfit_verdict.md``.
 """
 
 from __future__ import annotations

@@ -5,15 +5,27 @@ draws a Figure only once matplotlib's inline backend has registered its printer 
 imported under the inline backend); before that a returned Figure shows as the text ``<Figure size 1100x320 with 3
 Axes>``. :func:`show_figures_as_png` registers IPython's own printer (``IPython.core.pylabtools.print_figure``, what
 ``%matplotlib inline`` registers) on the running shell when none is there; ``eagle3kit/__init__.py`` calls it once.
+:func:`png_bytes` renders a Figure for the widgets' image views.
 """
 
 from __future__ import annotations
 
+import io
 import sys
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 IMAGE_FORMATS = ("image/png", "image/svg+xml", "image/jpeg", "application/pdf")
+
+
+def png_bytes(fig: Figure, dpi: int = 80) -> bytes:
+    """A matplotlib Figure as PNG bytes (what a widget's ``ipywidgets.Image`` shows; no pyplot state)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
 
 
 def show_figures_as_png(shell: Any = None) -> bool:
@@ -28,7 +40,6 @@ def show_figures_as_png(shell: Any = None) -> bool:
     formatter = getattr(shell, "display_formatter", None)
     if formatter is None:
         return False
-    # lazy: `import eagle3kit` (the CLI's start) stays free of matplotlib; here a notebook is running
     from IPython.core.pylabtools import print_figure
     from matplotlib.figure import Figure
 

@@ -3,11 +3,13 @@
 Columns without spaces (numbers, names, paths) keep their width; text columns share what is left in proportion to
 the room they would use, never narrower than their longest word (or :data:`MIN_TEXT` characters). When even that
 does not fit, the table is written one block per row instead (``fallback``; :func:`column_blocks` for numeric tables).
-:func:`markdown_table` writes the same DataFrames for files (the run's ``summary.md``).
+:func:`format_sections` groups rows under section headings (a plan). :func:`markdown_table` writes the same DataFrames
+for files (the run's ``summary.md``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import shutil
 import textwrap
@@ -18,6 +20,7 @@ import pandas as pd
 GAP = "  "  # between columns
 MIN_TEXT = 16  # a wrapped column narrower than this is hard to read: write blocks instead
 INDENT = "    "
+HANG = "  "  # a wrapped cell's later lines, and a section's rows under its heading
 
 
 def terminal_width() -> int:
@@ -70,8 +73,9 @@ def column_widths(df: pd.DataFrame, width: int) -> list[int] | None:
     return widths
 
 
-def _wrap(text: str, width: int) -> list[str]:
-    lines = [part for line in text.splitlines() for part in textwrap.wrap(line, width, break_on_hyphens=False) or [""]]
+def _wrap(text: str, width: int, hang: str = "") -> list[str]:
+    lines = [part for line in text.splitlines()
+             for part in textwrap.wrap(line, width, subsequent_indent=hang, break_on_hyphens=False) or [""]]
     return lines or [""]
 
 
@@ -106,6 +110,19 @@ def column_blocks(df: pd.DataFrame, width: int) -> str:
     return df.to_string(index=False, line_width=width)
 
 
+def _liner(widths: list[int], numeric: list[bool], indent: str = "") -> Callable[[list[str]], str]:
+    """A function that writes one line of cells in their columns (numbers right-aligned)."""
+    def line(parts: list[str]) -> str:
+        return (indent + GAP.join(p.rjust(w) if right else p.ljust(w)
+                                  for p, w, right in zip(parts, widths, numeric, strict=True))).rstrip()
+    return line
+
+
+def _lines(cells: list[list[str]], line: Callable[[list[str]], str]) -> list[str]:
+    """Cells already wrapped (a list of lines each) side by side, as many lines as the tallest."""
+    return [line([c[i] if i < len(c) else "" for c in cells]) for i in range(max(map(len, cells)))]
+
+
 def format_table(df: pd.DataFrame, width: int | None = None,
                  fallback: Callable[[pd.DataFrame, int], str] = format_records) -> str:
     """``df`` as text no wider than ``width`` (default: the terminal's): text columns wrapped; ``fallback(df,
@@ -115,19 +132,34 @@ def format_table(df: pd.DataFrame, width: int | None = None,
     if widths is None:
         return fallback(df, width)
     cells = _cells(df)
-    numeric = _numeric(df)
-
-    def line(parts: list[str]) -> str:
-        return GAP.join(p.rjust(w) if right else p.ljust(w)
-                        for p, w, right in zip(parts, widths, numeric, strict=True)).rstrip()
-
-    head = [_wrap(str(c), w) for c, w in zip(cells.columns, widths, strict=True)]
-    out = [line([h[i] if i < len(h) else "" for h in head]) for i in range(max(map(len, head)))]
+    line = _liner(widths, _numeric(df))
+    out = _lines([_wrap(str(c), w) for c, w in zip(cells.columns, widths, strict=True)], line)
     out.append(line(["-" * w for w in widths]))
     rows = [[_wrap(v, w) for v, w in zip(row, widths, strict=True)] for row in cells.itertuples(index=False)]
     spaced = any(len(c) > 1 for r in rows for c in r)  # a blank line between rows once any of them wraps
     for r, row in enumerate(rows):
         if spaced and r:
             out.append("")
-        out += [line([c[i] if i < len(c) else "" for c in row]) for i in range(max(map(len, row)))]
+        out += _lines(row, line)
+    return "\n".join(out)
+
+
+def format_sections(df: pd.DataFrame, section: str = "section", width: int | None = None) -> str:
+    """``df`` grouped by its ``section`` column (consecutive rows of one section): the column names once, then each
+    section's name on a line of its own and its rows under it, indented; the other columns aligned across sections, a
+    long cell wrapped with a hanging indent. Written as :func:`format_records` when the columns cannot fit ``width``."""
+    width = width or terminal_width()
+    rows = df.drop(columns=[section])
+    widths = column_widths(rows, width - len(HANG))
+    if widths is None:
+        return format_records(df, width)
+    cells = _cells(rows)
+    line = _liner(widths, _numeric(rows), HANG)
+    out = _lines([_wrap(str(c), w) for c, w in zip(cells.columns, widths, strict=True)], line)
+    out.append(line(["-" * w for w in widths]))
+    for name, group in itertools.groupby(zip(df[section], cells.itertuples(index=False), strict=True),
+                                         key=lambda pair: pair[0]):
+        out += ["", str(name)]
+        for _, row in group:
+            out += _lines([_wrap(v, w, HANG) for v, w in zip(row, widths, strict=True)], line)
     return "\n".join(out)

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -43,8 +43,7 @@ workdir = "../runs/interactive/work"
 # %%
 import torch
 
-from eagle3kit.doctor import live, probe
-from eagle3kit.doctor import seed as story
+from eagle3kit.doctor import attention_replay, live, probe
 from eagle3kit.device import resolve_device
 from eagle3kit.doctor.catalogue import catalogue_frame
 from eagle3kit.doctor.plots import plot_timings
@@ -59,18 +58,18 @@ from eagle3kit.runner import record_summary
 workdir = setup(workdir, seed=seed)
 device = resolve_device("auto")
 print("device:", device, "| torch", torch.__version__)
-replay = story.SeedReplay(verifier, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed, device=device)
+replay = attention_replay.SeedReplay(verifier, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed, device=device)
 print(f"one packed batch of {seq_len} tokens (two documents + padding), {ttt_steps} TTT steps; every step below uses "
       "the same draft weights and compares with eager attention")
 
 # %% [markdown]
 # ## 1 · The hand-built config: attention left unset
 #
-# `story.hand_built_config` (`story` is `eagle3kit.doctor.seed`) writes the draft's decoder config as the seed's user
-# did. Nothing sets `_attn_implementation`, so it stays `None`; speculators turns `None` into its own
-# `simple_flex_attention` and builds a BlockMask. The doctor warns about the unset value and, on a CPU, predicts that
-# training fails (flex attention has no backward pass there). Below: the BlockMask the draft built (its 128-token
-# blocks: █ computed, blank skipped), a forward without gradients, then a training step.
+# `attention_replay.hand_built_config` writes the draft's decoder config as the seed's user did. Nothing sets
+# `_attn_implementation`, so it stays `None`; speculators turns `None` into its own `simple_flex_attention` and builds
+# a BlockMask. The doctor warns about the unset value and, on a CPU, predicts that training fails (flex attention has
+# no backward pass there). Below: the BlockMask the draft built (its 128-token blocks: █ computed, blank skipped), a
+# forward without gradients, then a training step.
 
 # %%
 print("hand-built _attn_implementation =", repr(replay.config.transformer_layer_config._attn_implementation))
@@ -116,7 +115,7 @@ print(twist.render())
 
 # %%
 steps = [s for s in (unset, switched, fixed, gpu, twist) if s is not None]
-story.table(steps)
+attention_replay.table(steps)
 
 # %% [markdown]
 # ## 5 · Every backend, measured: the probe

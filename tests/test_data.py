@@ -27,7 +27,6 @@ from speculators.train.dataloader import create_train_val_loaders
 from eagle3kit.assets import AssetMissingError
 from eagle3kit.cli import main
 from eagle3kit.data import conversations as conv
-from eagle3kit.data.conversations import HELD_OUT
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import bad_files, remake_command, require_healthy
 from eagle3kit.errors import UserError
@@ -65,7 +64,7 @@ def built(tmp_path_factory, tiny_verifier):
 def test_layout_is_speculators(built, tiny_verifier):
     out, info = built
     assert info.n_samples >= 1 and info.files["written"] == info.n_samples
-    for name in ("state.json", "dataset_info.json", "token_freq.pt", "d2t-256.npy", "t2d-256.npy", HELD_OUT):
+    for name in ("state.json", "dataset_info.json", "token_freq.pt", "d2t-256.npy", "t2d-256.npy", DataDir.HELD_OUT):
         assert (out / name).exists(), name
     f = load_file(str(out / "hidden_states" / "hs_0.safetensors"))
     n_states = len(info.aux_layer_ids) + 1
@@ -185,21 +184,21 @@ def test_bad_hidden_state_files_are_named_with_the_command_that_remakes_them(tmp
     g["token_ids"][0] += 1  # token ids differ between dataset and file
     save_file(g, str(hs1))
     hs2.write_bytes(good[2][:100])
-    bad = bad_files(out)
+    bad = bad_files(DataDir(out))
     assert list(bad) == [str(hs0), str(hs1), str(hs2)]
     assert "non-finite" in bad[str(hs0)] and "token ids differ" in bad[str(hs1)] and "unreadable" in bad[str(hs2)]
-    command = remake_command(out)
+    command = remake_command(DataDir(out))
     assert command.startswith(f"eagle3kit data --out {out} --verifier {tiny_verifier.path} --n-conversations 4")
     with pytest.raises(DataError, match=r"3 unusable .*hs_0\.safetensors: .*non-finite.*remake them with: "
                                         + re.escape(command)):
-        require_healthy(out)
+        require_healthy(DataDir(out))
     with pytest.raises(DataError, match="hs_1"):
         make_loader(out, 256)  # what training reads checks every file before the first step
     assert main(shlex.split(command)[1:] + ["--verify", "0"]) == 0
     remade = json.JSONDecoder().raw_decode(capsys.readouterr().out)[0]
     assert remade["files"] == {"written": 3, "skipped": 1, "remade": 3}
     assert list(remade["remade"]) == [str(hs0), str(hs1), str(hs2)] and "non-finite" in remade["remade"][str(hs0)]
-    assert [p.read_bytes() for p in (hs0, hs1, hs2)] == good and bad_files(out) == {}
+    assert [p.read_bytes() for p in (hs0, hs1, hs2)] == good and bad_files(DataDir(out)) == {}
 
 
 def test_remake_command_for_aux_layers_the_cli_cannot_set(built, tmp_path):
@@ -207,9 +206,9 @@ def test_remake_command_for_aux_layers_the_cli_cannot_set(built, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     dataclasses.replace(DataDir(out).manifest, aux_layer_ids=[0, 1]).write(other)
-    assert remake_command(out).startswith("eagle3kit data --out")
-    assert remake_command(other).startswith(f"build_dataset({info.verifier_path!r}, {str(other)!r}, ")
-    assert "aux_layer_ids=[0, 1]" in remake_command(other)
+    assert remake_command(DataDir(out)).startswith("eagle3kit data --out")
+    assert remake_command(DataDir(other)).startswith(f"build_dataset({info.verifier_path!r}, {str(other)!r}, ")
+    assert "aux_layer_ids=[0, 1]" in remake_command(DataDir(other))
 
 
 def test_mismatched_verifier_or_aux_layers_refused(built, tmp_path, tiny_verifier, smollm2):
@@ -288,7 +287,7 @@ def test_interrupted_before_manifest_starts_again(tmp_path, tiny_verifier):
     src = _jsonl(tmp_path / "c.jsonl", _convs(3))
     out = tmp_path / "d"
     (out / ".arrow.tmp").mkdir(parents=True)  # what Ctrl-C during tokenization leaves
-    (out / HELD_OUT).write_text("")
+    (out / DataDir.HELD_OUT).write_text("")
     info = build_dataset(tiny_verifier, out, source=src, **{**SMALL, "n_conversations": 2, "held_out": 1})
     assert info.n_samples == 2 and not (out / ".arrow.tmp").exists()
 
@@ -393,7 +392,7 @@ def test_a_directory_without_manifest_opens_with_what_its_files_tell(built, tmp_
     assert bad_files(data) == {}  # every file is checked against the shape the first one gives
     data.hidden_state_file(1).write_bytes(data.hidden_state_file(1).read_bytes()[:100])
     with pytest.raises(DataError, match=r"1 unusable .*hs_1\.safetensors: unreadable.*eagle3kit data --out"):
-        require_healthy(plain)
+        require_healthy(DataDir(plain))
     empty = DataDir(tmp_path / "empty")
     assert (empty.has_manifest, empty.has_arrow, empty.hidden_size, empty.draft_vocab_sizes) == (False, False, None, [])
 

@@ -16,7 +16,8 @@ from safetensors.torch import load_file, save_file
 from eagle3kit.cli import main
 from eagle3kit.data.vocab import load_mapping
 from eagle3kit.doctor.checks import check
-from eagle3kit.doctor.draft_folder import NotADraftError, check_draft_folder, locate
+from eagle3kit.doctor.draft_folder import check_draft_folder
+from eagle3kit.doctor.draft_loader import NotADraftError, locate
 from eagle3kit.doctor.findings import format_findings
 from eagle3kit.doctor.low_tau import why_low_tau
 from eagle3kit.doctor.versions import floor, version_findings

@@ -81,6 +81,19 @@ def test_plan_cli_prints_the_table(capsys):
                  "--loss-implementation", "eager", "--draft-vocab-size", "none", "--gpu", "A100-40GB"]) == 1
 
 
+def test_plan_reads_at_80_columns_with_rows_under_section_headings(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["plan", "--verifier", "llama-3.1-8b", "--samples", "50000", "--tokens-per-sample", "2048",
+                 "--gpu", "H100-80GB", "--gpus", "8"]) == 0
+    table, rest = capsys.readouterr().out.split("\nCommands for this run:\n")
+    commands, assumptions = rest.split("\nAssumptions:\n")
+    assert not [line for line in table.splitlines() + assumptions.splitlines() if len(line) > 80]
+    assert [line for line in table.splitlines() if line and not line.startswith(" ")] == [
+        "data", "disk", "params", "GPU memory / rank", "data generation", "time", "serving (vLLM)"]
+    assert all(line.startswith("  ") for block in table.split("\n\n")[1:] for line in block.splitlines()[1:])
+    assert all(line.startswith("  eagle3kit ") or line.startswith("  torchrun ") for line in commands.splitlines())
+
+
 def test_plan_figure():
     plans = [plan_run(v, samples=1000) for v in ("llama-3.1-8b", "qwen3-8b")]
     fig = plan_figure(plans)

@@ -183,7 +183,7 @@ def test_fill_refuses_what_prepare_data_did_not_write(spec_dir, tmp_path):
     (tmp_path / "ours").mkdir()
     for f in ("state.json", "dataset_info.json", "data-00000-of-00001.arrow"):
         (tmp_path / "ours" / f).write_bytes((spec_dir / f).read_bytes())
-    (tmp_path / "ours" / conv.HELD_OUT).write_text("")
+    (tmp_path / "ours" / DataDir.HELD_OUT).write_text("")
     with pytest.raises(DataError, match="no dataset `speculators prepare-data` wrote"):
         fill_hidden_states("tiny", tmp_path / "ours")
 

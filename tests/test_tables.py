@@ -12,7 +12,8 @@ from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.findings import Finding, findings_table, format_findings, to_frame
 from eagle3kit.draft.config import build_config
 from eagle3kit.runner import NotebookResult, _write_summary
-from eagle3kit.tables import column_blocks, column_widths, format_records, format_table, markdown_table
+from eagle3kit.tables import (column_blocks, column_widths, format_records, format_sections, format_table,
+                              markdown_table)
 
 LONG = ("speculators extends the BlockMask by whole blocks of 128 tokens, so the second TTT step fails with "
         "'block_mask was created for a larger length' when total_seq_len is not a multiple of 128")
@@ -110,3 +111,20 @@ def test_run_summary_is_a_markdown_table(tmp_path):
     table = [line for line in lines if line.startswith("|")]
     assert len(table) == 2 + len(results) and all(line.count(" | ") == table[0].count(" | ") for line in table)
     assert "| 02_debug_attention | failed | 3 | 7 | RuntimeError: boom |" in table[3]
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_sections_head_their_rows_once_and_columns_align_across_them(width):
+    df = pd.DataFrame([("disk", "per token", "32 kB", "derived"), ("disk", LONG, "3.36 TB", "derived"),
+                       ("time", "training", "1.7 h", "assumed")], columns=["section", "item", "value", "kind"])
+    text = format_sections(df, width=width)
+    assert_fits(text, width)
+    assert words(" ".join(df.drop(columns="section").to_numpy().ravel())) <= words(text)
+    lines = text.splitlines()
+    assert [line for line in lines if line and not line.startswith(" ")] == ["disk", "time"]  # each heading once
+    assert "" not in lines[lines.index("disk"):lines.index("time") - 1]  # no blank line between a section's rows
+    wrapped = lines[lines.index("disk") + 3]  # the long item's second line: a hanging indent under its first
+    assert wrapped.startswith("    ") and not wrapped.startswith("     ")
+    value_at = {line.index(v) for line in lines for v in ("32 kB", "3.36 TB", "1.7 h") if v in line}
+    assert len(value_at) == 1  # one value column across both sections
+    assert format_sections(df, width=20) == format_records(df, 20)  # cannot fit: one block per row

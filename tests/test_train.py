@@ -56,6 +56,23 @@ def test_step_returns_metrics_per_ttt_step(tiny_data):
     assert len(s.history_frame()) == 1
 
 
+def counting(method: str):
+    """A spy on a :class:`DataDir` method that still runs it: ``with counting("open") as calls: ...``."""
+    return mock.patch.object(DataDir, method, autospec=True, side_effect=getattr(DataDir, method))
+
+
+def test_a_data_directory_is_opened_and_checked_once_per_trip(tiny_data, tmp_path):
+    """From a path to a trained step, the session opens the directory once and checks it against the draft once;
+    the batches, the loader, the health check and the vocab mapping are handed that one DataDir."""
+    with counting("open") as opened, counting("__init__") as read, counting("check_compatible") as checked:
+        session(tiny_data).step()
+    assert (opened.call_count, read.call_count, checked.call_count) == (1, 1, 1)
+    with counting("open") as opened, counting("__init__") as read:  # `eagle3kit train --data DIR`: opened by the CLI
+        assert main(["train", "--data", str(tiny_data), "--verifier", "tiny", "--total-seq-len", str(SEQ),
+                     "--steps", "1", "--device", "cpu"]) == 0
+    assert (opened.call_count, read.call_count) == (1, 1)
+
+
 def test_bfloat16_on_cpu_autocasts(tiny_data):
     """hidden_states_dtype="bfloat16" on CPU: bf16 batches, bf16 matmuls under autocast, fp32 weights; the loss
     stays close to the exact float32 step's."""
@@ -105,7 +122,7 @@ def test_a_session_reads_its_manifest_and_its_session_json_once(tiny_data, tmp_p
         resumed = TrainSession.resume(tmp_path / "ck", progress=False)
         read = [c.args[0].name for c in reads.call_args_list]
         assert read.count(SESSION_FILE) == 1 and read.count(MANIFEST) == 1 and fingerprints.call_count == 1, read
-    assert resumed.global_step == 0 and resumed.data_dir == s.data_dir
+    assert resumed.global_step == 0 and resumed.data_dir.path.resolve() == s.data_dir.path.resolve()
     given = DataDir(tiny_data)  # a DataDir handed in is not read again
     with mock.patch.object(Path, "read_text", autospec=True, side_effect=Path.read_text) as reads:
         assert TrainSession(given, progress=False, total_seq_len=SEQ).data is given

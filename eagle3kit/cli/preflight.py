@@ -59,7 +59,7 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 def room_for_training(args: argparse.Namespace, session) -> None:
     """Refuse ``--save`` / ``--export`` places without room for the checkpoint / the draft, before any step."""
-    from eagle3kit.train.checkpoint import checkpoint_bytes, weights_bytes  # lazy: torch takes seconds to import
+    from eagle3kit.train.checkpoint import checkpoint_bytes, weights_bytes
 
     for flag, place, size in (("--save", args.save, checkpoint_bytes), ("--export", args.export, weights_bytes)):
         if place:

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from eagle3kit.data import vocab
 from eagle3kit.data.directory import DataDir
 from eagle3kit.data.hidden_states import extract, final_norm
 from eagle3kit.verifier import load_model
@@ -54,7 +53,7 @@ def d2t_all_zero(data_dir: DataDir | str | os.PathLike) -> None:
     """Every ``d2t-{N}.npy`` set to zeros (SafeAILab/EAGLE issue 222): draft id i decodes as verifier id i."""
     data = DataDir.open(data_dir)
     for n in data.draft_vocab_sizes:
-        d2t_path = vocab.mapping_paths(data.path, n)[0]
+        d2t_path = data.mapping_paths(n)[0]
         np.save(d2t_path, np.zeros_like(np.load(d2t_path)))
 
 
@@ -63,5 +62,5 @@ def d2t_one_id_off(data_dir: DataDir | str | os.PathLike) -> None:
     whose ids and offsets disagree by one, as when absolute ids and offsets are mixed)."""
     data = DataDir.open(data_dir)
     for n in data.draft_vocab_sizes:
-        d2t_path = vocab.mapping_paths(data.path, n)[0]
+        d2t_path = data.mapping_paths(n)[0]
         np.save(d2t_path, np.load(d2t_path) + 1)

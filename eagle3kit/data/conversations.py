@@ -27,7 +27,6 @@ from eagle3kit.assets import asset_file
 from eagle3kit.atomic import write_text
 from eagle3kit.errors import UserError
 
-HELD_OUT = "held_out.jsonl"  # conversations a data directory keeps out of training
 SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
 
 

@@ -49,7 +49,8 @@ from eagle3kit.data import conversations as conv
 from eagle3kit.data import hidden_states as hs
 from eagle3kit.data import vocab
 from eagle3kit import validate
-from eagle3kit.data.directory import HIDDEN_STATES, MANIFEST, DataDir, DataError, Manifest, Request, verifier_identity
+from eagle3kit.data.directory import DataDir, DataError
+from eagle3kit.data.manifest import Manifest, Request, verifier_identity
 from eagle3kit.device import resolve_device, resolve_dtype
 from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
 from eagle3kit.verifier import Verifier, load_tokenizer, resolve
@@ -79,6 +80,21 @@ class DatasetInfo:
     source_conversations: int | None = None  # records in the source (None: a directory made before it was counted)
     device: str | None = None  # the one device the verifier ran on to make the hidden states
 
+    @classmethod
+    def made(cls, path: Path, v: Verifier, manifest: Manifest, extraction: dict, draft_vocab_size: int | None,
+             coverage: float, device: str) -> DatasetInfo:
+        """What :func:`build_dataset` reports from the manifest it completed and the extraction it ran."""
+        c, r = manifest.counts, manifest.request
+        return cls(path=str(path), verifier=v.name, verifier_path=v.path, aux_layer_ids=manifest.aux_layer_ids,
+                   hidden_size=v.text_config.hidden_size, seq_length=r.seq_length, dtype=r.dtype,
+                   n_samples=c["n_samples"], n_held_out=c["n_held_out"], tokens=c["tokens"],
+                   assistant_tokens=c["assistant_tokens"],
+                   counts={k: c[k] for k in ("skipped_unusable", "dropped_empty", "truncated")},
+                   files=extraction["files"], remade=extraction["remade"], tokens_per_s=extraction["tokens_per_s"],
+                   draft_vocab_size=draft_vocab_size, coverage=coverage,
+                   source_conversations=c.get("source_conversations"),
+                   device=(manifest.extraction or {}).get("device", device))
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -94,28 +110,6 @@ def input_id_rows(data_dir: str | os.PathLike) -> list[list[int]]:
 
 
 # ----------------------------------------------------------------------------------------------- building
-_OURS = ("data-*.arrow", "dataset_info.json", "state.json", "token_freq.pt", "d2t-*.npy", "t2d-*.npy", conv.HELD_OUT,
-         MANIFEST, ".*.tmp*", HIDDEN_STATES)
-
-
-def _only_ours(out: Path) -> bool:
-    """True when every entry of ``out`` is something build_dataset writes (an interrupted first build)."""
-    return all(any(p.match(pattern) for pattern in _OURS) for p in out.iterdir())
-
-
-def prepared_elsewhere(out: str | os.PathLike) -> bool:
-    """True for a directory holding an Arrow dataset without an eagle3kit manifest or held-out file: what
-    ``speculators prepare-data`` writes (an interrupted ``build_dataset`` has written ``held_out.jsonl`` first)."""
-    data = DataDir(out)
-    return data.has_arrow and not data.has_manifest and not (Path(out) / conv.HELD_OUT).exists()
-
-
-def _clear(out: Path) -> None:
-    for pattern in _OURS:
-        for p in out.glob(pattern):
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-
-
 def _write_arrow(out: Path, rows: list[conv.Tokenized]):
     """Save the Arrow dataset into ``out`` (via a temporary folder, files moved in when complete)."""
     ds = Dataset.from_dict({"input_ids": [r.input_ids for r in rows], "loss_mask": [r.loss_mask for r in rows],
@@ -156,9 +150,10 @@ def training_rows(tokenizer, request: Request, counts: dict | None = None
     return held, rows()
 
 
-def _tokenize(v: Verifier, request: Request, out: Path, progress: bool) -> dict:
+def _tokenize(v: Verifier, request: Request, data: DataDir, progress: bool) -> dict:
     """Conversations -> tokens + loss mask -> Arrow dataset, token_freq.pt, held_out.jsonl. Returns counts.
     ``request.n_conversations`` None: every usable conversation of the source."""
+    out = data.path
     n, seq_length = request.n_conversations, request.seq_length
     counts = {"skipped_unusable": 0, "dropped_empty": 0}
     held, stream = training_rows(load_tokenizer(v), request, counts)
@@ -178,7 +173,7 @@ def _tokenize(v: Verifier, request: Request, out: Path, progress: bool) -> dict:
             f"(n_conversations<={len(rows)}), fewer held out, a larger seq_length or a bigger source."
         )
     out.mkdir(parents=True, exist_ok=True)
-    conv.write_jsonl(out / conv.HELD_OUT, held)
+    conv.write_jsonl(data.held_out_path, held)
     _write_arrow(out, rows)
     vocab.save_token_freq(load_from_disk(str(out)), out)
     return {"skipped_unusable": counts["skipped_unusable"], "dropped_empty": dropped, "truncated": truncated,
@@ -213,64 +208,47 @@ def build_dataset(
     if n_conversations is not None:  # None: all
         validate.check("n_conversations", n_conversations, "e.g. `--n-conversations 64` or `--n-conversations all`.")
     v = resolve(verifier)
-    text = v.text_config
     aux = resolve_aux_layer_ids(v, aux_layer_ids)
-    check_draft_vocab_size(draft_vocab_size, text.vocab_size)
+    check_draft_vocab_size(draft_vocab_size, v.text_config.vocab_size)
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)  # the verifier runs and stores in it
-    out = Path(out_dir)
     request = Request(n_conversations=n_conversations, seq_length=seq_length, seed=seed, held_out=held_out,
                       source=str(Path(source).resolve()) if source is not None else None, dtype=dtype)
 
-    data = DataDir(out)
-    manifest = data.manifest
-    if manifest is not None and overwrite:
-        _clear(out)
-        manifest = None
-    if manifest is not None:
-        data.check_compatible(v, aux)
-        before, now = asdict(manifest.request), asdict(request)
-        changed = {k: (before[k], val) for k, val in now.items() if before[k] != val}
-        if changed:
-            what = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
-            raise DataError(f"{out} was made with other settings ({what}); pass --overwrite (overwrite=True) to "
-                            "rebuild it, or choose another --out.")
-    elif out.exists() and (not _only_ours(out) or prepared_elsewhere(out)):
-        raise DataError(f"{out} is not empty and has no {MANIFEST}; choose an empty or new out_dir (a dataset "
-                        "`speculators prepare-data` wrote is filled by `eagle3kit data --out DIR --verifier V`).")
-    elif out.exists():
-        _clear(out)  # a first build interrupted before its manifest: start again
-
+    data = DataDir(out_dir)
+    manifest = data.prepare_build(request, v, aux, overwrite)  # the manifest of a build to resume, else None
     if manifest is None or not manifest.tokenized or not data.has_arrow:
-        counts = _tokenize(v, request, out, progress)
-        manifest = Manifest(verifier=verifier_identity(v), aux_layer_ids=aux, request=request, counts=counts)
-        manifest.write(out)
+        manifest = Manifest(verifier=verifier_identity(v), aux_layer_ids=aux, request=request,
+                            counts=_tokenize(v, request, data, progress))
+        manifest.write(data.path)
+    extraction = _extract(v, data, manifest, aux, dtype, device, batch_size, progress)
+    coverage = _map_vocab(data, manifest, draft_vocab_size, v.text_config.vocab_size)
+    manifest.complete = True
+    manifest.write(data.path)
+    return DatasetInfo.made(data.path, v, manifest, extraction, draft_vocab_size, coverage, device)
 
-    samples = input_id_rows(out)
-    hs_dir = data.hidden_states_dir
-    state, stats = hs.fill(v, hs_dir, samples, aux, dtype, device, batch_size, progress)
+
+def _extract(v: Verifier, data: DataDir, manifest: Manifest, aux: list[int], dtype: str, device: str, batch_size: int,
+             progress: bool) -> dict:
+    """Every row's hidden states (resumable: finished files are kept, bad ones made again); a run that wrote files
+    records its speed in ``manifest``. Returns the files written, skipped and remade (with why), and the speed."""
+    state, stats = hs.fill(v, data.hidden_states_dir, input_id_rows(data.path), aux, dtype, device, batch_size,
+                           progress)
     if stats["written"]:
         manifest.extraction = {"tokens_per_s": round(stats["tokens_per_s"], 1), "device": device,
                                "batch_size": batch_size, "seconds": round(stats["seconds"], 2)}
-    else:
-        stats["tokens_per_s"] = (manifest.extraction or {}).get("tokens_per_s")
+    return {"files": {"written": stats["written"], "skipped": len(state["done"]), "remade": len(state["bad"])},
+            "remade": {str(data.hidden_state_file(i)): why for i, why in sorted(state["bad"].items())},
+            "tokens_per_s": stats["tokens_per_s"] if stats["written"] else
+            (manifest.extraction or {}).get("tokens_per_s")}
 
-    cov = 1.0
-    if draft_vocab_size is not None:
-        t2d, _d2t = vocab.build_mapping(out, draft_vocab_size, text.vocab_size)
-        cov = vocab.coverage(vocab.load_token_freq(out), t2d)
-        manifest.vocab[draft_vocab_size] = round(cov, 6)
-    manifest.complete = True
-    manifest.write(out)
-    c = manifest.counts
-    return DatasetInfo(
-        path=str(out), verifier=v.name, verifier_path=v.path, aux_layer_ids=aux, hidden_size=text.hidden_size,
-        seq_length=seq_length, dtype=dtype, n_samples=c["n_samples"], n_held_out=c["n_held_out"], tokens=c["tokens"],
-        assistant_tokens=c["assistant_tokens"],
-        counts={k: c[k] for k in ("skipped_unusable", "dropped_empty", "truncated")},
-        files={"written": stats["written"], "skipped": len(state["done"]), "remade": len(state["bad"])},
-        remade={str(hs.hs_path(hs_dir, i)): why for i, why in sorted(state["bad"].items())},
-        tokens_per_s=stats.get("tokens_per_s"), draft_vocab_size=draft_vocab_size, coverage=cov,
-        source_conversations=c.get("source_conversations"),
-        device=(manifest.extraction or {}).get("device", device),
-    )
+
+def _map_vocab(data: DataDir, manifest: Manifest, draft_vocab_size: int | None, vocab_size: int) -> float:
+    """The d2t / t2d mapping for ``draft_vocab_size`` (speculators' function) and the share of supervised tokens it
+    covers, recorded in ``manifest``; 1.0 for the full vocab (no mapping)."""
+    if draft_vocab_size is None:
+        return 1.0
+    t2d, _d2t = vocab.build_mapping(data.path, draft_vocab_size, vocab_size)
+    coverage = vocab.coverage(vocab.load_token_freq(data.path), t2d)
+    manifest.vocab[draft_vocab_size] = round(coverage, 6)
+    return coverage

@@ -1,30 +1,23 @@
 """A data directory as one object: :class:`DataDir` reads ``eagle3kit_data.json`` once and owns its format, the
-paths inside the folder, the verifier identity and the compatibility check.
+names of the files inside, the verifier identity, the compatibility check and the folder a build resumes in.
 
-Two kinds of directory open, under one rule:
-
-* one made by :func:`eagle3kit.data.dataset.build_dataset`: ``has_manifest`` is True and ``manifest`` is a
-  :class:`~eagle3kit.data.manifest.Manifest` (verifier identity, aux layer ids, the request it was made with,
-  counts, vocab mappings);
-* one made by speculators' own pipeline (``speculators prepare-data``, then ``generate-offline-data`` or
-  ``eagle3kit data --out DIR`` filling its hidden states): the same Arrow dataset and
-  ``hidden_states/hs_{i}.safetensors`` but no eagle3kit manifest. What the files tell is read from them:
-  ``hidden_size``, ``n_states`` and ``dtype`` from the first hidden-state file, ``n_samples`` from the Arrow
-  dataset, ``complete`` from which rows have a file, ``draft_vocab_sizes`` from the ``t2d-{N}.npy`` files. What only
-  the user knows is told by name (``DataDir.open(path, verifier=..., aux_layer_ids=...)``, the CLI's ``--verifier``
-  and ``--aux-layer-ids``, or the draft's config) and then read back as ``verifier_ref`` / ``aux_layer_ids``;
-  :meth:`DataDir.require_verifier` and :meth:`DataDir.require_aux_layer_ids` refuse in one sentence naming the option
-  when it was not. ``seq_length`` and ``request`` stay None (the settings it was made with are unknown).
+Two kinds open under one rule (docs/handoff.md): one ``eagle3kit data`` made (``has_manifest``: the
+:class:`~eagle3kit.data.manifest.Manifest` answers), and one speculators' own pipeline made (``prepare-data``, then
+``generate-offline-data`` or ``eagle3kit data --out DIR``), without a manifest. There, what the files tell is read
+from them (``hidden_size``, ``n_states`` and ``dtype`` from the first hidden-state file, ``n_samples`` and
+``complete`` from the Arrow dataset, ``draft_vocab_sizes`` from the ``t2d`` files); what only the user knows is told
+(``DataDir.open(path, verifier=..., aux_layer_ids=...)``, ``--verifier`` / ``--aux-layer-ids``, or the draft's
+config) and read back as ``verifier_ref`` / ``aux_layer_ids``; ``require_verifier`` / ``require_aux_layer_ids``
+refuse in one sentence naming the option when it was not. ``seq_length`` and ``request`` stay None.
 """
 
 from __future__ import annotations
 
 import os
-import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
-from safetensors import safe_open
 from speculators.data_generation.offline import get_existing_hidden_state_indices
 
 from eagle3kit.data import hidden_states as hs
@@ -32,7 +25,6 @@ from eagle3kit.data.manifest import MANIFEST, Manifest, Request, VerifierIdentit
 from eagle3kit.errors import UserError
 from eagle3kit.verifier import Verifier, resolve
 
-HIDDEN_STATES = "hidden_states"  # speculators' folder of hs_{i}.safetensors (its ArrowDataset reads it by this name)
 SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 NO_MANIFEST = f"has no {MANIFEST} (speculators' pipeline made it?)"
 
@@ -43,7 +35,17 @@ class DataError(UserError):
 
 class DataDir:
     """A data directory, its manifest read once. ``DataDir.open(path)``; ``str()`` / ``os.fspath()`` give its path,
-    so it goes wherever a path does. See the module doc for a directory without an eagle3kit manifest."""
+    so it goes wherever a path does. See the module doc for a directory without an eagle3kit manifest.
+
+    The names of the files inside are stated here, once; readers ask for them (a path) rather than spell them."""
+
+    ARROW = ("data-*.arrow", "dataset_info.json", "state.json")  # speculators' Arrow dataset (``save_to_disk``)
+    HIDDEN_STATES = "hidden_states"  # the folder of hs_{i}.safetensors (speculators' ArrowDataset reads this name)
+    TOKEN_FREQ = "token_freq.pt"  # {token id: count} over the supervised tokens (speculators' counter)
+    D2T, T2D = "d2t-{n}.npy", "t2d-{n}.npy"  # the draft vocab mapping of size n (speculators' names)
+    HELD_OUT = "held_out.jsonl"  # conversations kept out of training (eagle3kit's)
+    WRITTEN = (*ARROW, TOKEN_FREQ, D2T.format(n="*"), T2D.format(n="*"), HELD_OUT, MANIFEST, ".*.tmp*", HIDDEN_STATES)
+    """Every entry ``eagle3kit data`` writes (as glob patterns), temporary files included."""
 
     def __init__(self, path: str | os.PathLike, verifier: Verifier | str | os.PathLike | None = None,
                  aux_layer_ids: list[int] | None = None):
@@ -66,8 +68,13 @@ class DataDir:
         """Record what a directory without a manifest cannot say: the verifier that made its hidden states and the
         aux layer ids they hold (checked against the files first, :meth:`check_compatible`). Ignored for a directory
         with a manifest (it knows them; :meth:`check_compatible` compares). Returns self."""
+        return self if self.manifest else self.for_draft(verifier, aux_layer_ids)
+
+    def for_draft(self, verifier: Verifier | str | os.PathLike | None, aux_layer_ids: list[int] | None) -> DataDir:
+        """The directory checked, once, for a draft of ``verifier`` reading ``aux_layer_ids``: refused as
+        :meth:`check_compatible` refuses; a directory without a manifest also keeps them as told. Returns self."""
+        self.check_compatible(verifier, aux_layer_ids)
         if self.manifest is None:
-            self.check_compatible(verifier, aux_layer_ids)
             if verifier is not None:
                 self._told["verifier"] = ((verifier.path or verifier.name) if isinstance(verifier, Verifier)
                                           else str(verifier))
@@ -91,7 +98,19 @@ class DataDir:
 
     @property
     def hidden_states_dir(self) -> Path:
-        return self.path / HIDDEN_STATES
+        return self.path / self.HIDDEN_STATES
+
+    @property
+    def token_freq_path(self) -> Path:
+        return self.path / self.TOKEN_FREQ
+
+    @property
+    def held_out_path(self) -> Path:
+        return self.path / self.HELD_OUT
+
+    def mapping_paths(self, draft_vocab_size: int) -> tuple[Path, Path]:
+        """``(d2t-{N}.npy, t2d-{N}.npy)`` for draft vocab size N."""
+        return self.path / self.D2T.format(n=draft_vocab_size), self.path / self.T2D.format(n=draft_vocab_size)
 
     def hidden_state_file(self, index: int) -> Path:
         """``hidden_states/hs_{index}.safetensors`` (speculators' name for dataset row ``index``)."""
@@ -104,8 +123,7 @@ class DataDir:
     @property
     def has_arrow(self) -> bool:
         """True when the Arrow dataset (``save_to_disk``: state.json, dataset_info.json, data-*.arrow) is there."""
-        p = self.path
-        return (p / "state.json").exists() and (p / "dataset_info.json").exists() and any(p.glob("data-*.arrow"))
+        return all(any(self.path.glob(pattern)) for pattern in self.ARROW)
 
     # ------------------------------------------------------------------------------------------- manifest facts
     @property
@@ -172,7 +190,7 @@ class DataDir:
             return self.manifest.counts.get("n_samples")
         if not self.has_arrow:
             return None
-        from datasets import load_from_disk  # lazy: datasets takes a second to import
+        from datasets import load_from_disk
 
         return load_from_disk(str(self.path)).num_rows
 
@@ -191,8 +209,9 @@ class DataDir:
         """Draft vocab sizes with a mapping: the manifest's, else the ``t2d-{N}.npy`` files present."""
         if self.manifest:
             return sorted(self.manifest.vocab)
-        found = (re.fullmatch(r"t2d-(\d+)\.npy", p.name) for p in self.path.glob("t2d-*.npy"))
-        return sorted(int(m[1]) for m in found if m)
+        head, tail = self.T2D.split("{n}")
+        sizes = (p.name.removeprefix(head).removesuffix(tail) for p in self.path.glob(self.T2D.format(n="*")))
+        return sorted(int(n) for n in sizes if n.isdigit())
 
     @property
     def draft_vocab_size(self) -> int | None:
@@ -204,14 +223,7 @@ class DataDir:
     def _first_file_shape(self) -> tuple[tuple[int, ...], str] | None:
         """(shape, safetensors dtype) of the first readable file's ``hidden_states`` (read once)."""
         if self._shape is None:
-            for p in self.hidden_state_files():
-                try:
-                    with safe_open(str(p), "pt") as f:
-                        part = f.get_slice("hidden_states")
-                        self._shape = (tuple(part.get_shape()), part.get_dtype())
-                        break
-                except Exception:  # a cut-off or foreign file: try the next one  # noqa: BLE001
-                    continue
+            self._shape = hs.first_shape(self.hidden_state_files())
         return self._shape
 
     @property
@@ -276,15 +288,51 @@ class DataDir:
                             f"{text.hidden_size}; pass the verifier that made them (--verifier).")
         wrong = [n for n in self.draft_vocab_sizes if self._t2d_length(n) not in (None, text.vocab_size)]
         if wrong:
-            raise DataError(f"{self.path}/t2d-{wrong[0]}.npy maps a vocabulary of {self._t2d_length(wrong[0])} "
+            raise DataError(f"{self.mapping_paths(wrong[0])[1]} maps a vocabulary of {self._t2d_length(wrong[0])} "
                             f"tokens, verifier {v.name!r} has {text.vocab_size}; pass the verifier that made the data.")
         return self
 
     def _t2d_length(self, n: int) -> int | None:
-        import numpy as np  # lazy: only directories with a mapping need it
+        import numpy as np
 
-        path = self.path / f"t2d-{n}.npy"
+        path = self.mapping_paths(n)[1]
         return int(np.load(path, mmap_mode="r").shape[0]) if path.exists() else None
+
+    # ------------------------------------------------------------------------------------------- building here
+    @property
+    def prepared_elsewhere(self) -> bool:
+        """An Arrow dataset without an eagle3kit manifest or held-out file: what ``speculators prepare-data`` writes
+        (an interrupted ``eagle3kit data`` has written ``held_out.jsonl`` first)."""
+        return self.has_arrow and not self.has_manifest and not self.held_out_path.exists()
+
+    def clear(self) -> None:
+        """Delete everything ``eagle3kit data`` writes here (:attr:`WRITTEN`); the manifest is gone with it."""
+        for pattern in self.WRITTEN:
+            for p in self.path.glob(pattern):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        self.manifest = None
+
+    def prepare_build(self, request: Request, verifier: Verifier, aux_layer_ids: list[int],
+                      overwrite: bool = False) -> Manifest | None:
+        """The folder made ready for ``eagle3kit data`` with ``request``: its manifest when it was made with the same
+        verifier, aux layers and request (the build resumes), else None, the folder empty (``overwrite``, or a first
+        build interrupted before its manifest). Refuses a folder made with other settings, or holding other files."""
+        if self.manifest is not None and overwrite:
+            self.clear()
+        if self.manifest is not None:
+            self.check_compatible(verifier, aux_layer_ids)
+            if changed := self.manifest.request.changes(request):
+                raise DataError(f"{self.path} was made with other settings ({changed}); pass --overwrite "
+                                "(overwrite=True) to rebuild it, or choose another --out.")
+            return self.manifest
+        if self.path.exists():
+            ours = all(any(p.match(pattern) for pattern in self.WRITTEN) for p in self.path.iterdir())
+            if not ours or self.prepared_elsewhere:
+                raise DataError(f"{self.path} is not empty and has no {MANIFEST}; choose an empty or new out_dir (a "
+                                "dataset `speculators prepare-data` wrote is filled by `eagle3kit data --out DIR "
+                                "--verifier V`).")
+            self.clear()  # a first build interrupted before its manifest: start again
+        return None
 
     def files_table(self) -> pd.DataFrame:
         """What the directory holds: one row per top-level entry (a folder's name ends in ``/``), with its size in

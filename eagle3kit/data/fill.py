@@ -21,7 +21,7 @@ from datasets import load_from_disk
 from eagle3kit import validate
 from eagle3kit.data import hidden_states as hs
 from eagle3kit.data import vocab
-from eagle3kit.data.dataset import input_id_rows, prepared_elsewhere
+from eagle3kit.data.dataset import input_id_rows
 from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.device import resolve_device, resolve_dtype
 from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
@@ -63,19 +63,19 @@ def fill_hidden_states(verifier: Verifier | str, out_dir: str | os.PathLike, aux
     """Write the hidden states of every row of the prepared dataset in ``out_dir`` (see the module doc).
     ``aux_layer_ids``: None for speculators' default ``[2, L//2, L-3]`` (its ``--target-layer-ids`` default)."""
     validate.check_all({"dtype": dtype, "batch_size": batch_size, "draft_vocab_size": draft_vocab_size})
-    if not prepared_elsewhere(out_dir):
+    data = DataDir.open(out_dir)
+    if not data.prepared_elsewhere:
         raise DataError(f"{out_dir} holds no dataset `speculators prepare-data` wrote (an Arrow dataset without an "
                         "eagle3kit manifest); run prepare-data first, or make the data with `eagle3kit data`.")
     v = resolve(verifier)
     aux = resolve_aux_layer_ids(v, aux_layer_ids)
     check_draft_vocab_size(draft_vocab_size, v.text_config.vocab_size)
-    data = DataDir.open(out_dir)
     data.check_compatible(v)  # files an earlier run wrote must be this verifier's
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     samples = input_id_rows(data.path)
     state, stats = hs.fill(v, data.hidden_states_dir, samples, aux, dtype, device, batch_size, progress)
-    if not vocab.token_freq_path(data.path).exists():  # prepare-data skips it by default (--skip-token-freq)
+    if not data.token_freq_path.exists():  # prepare-data skips it by default (--skip-token-freq)
         vocab.save_token_freq(load_from_disk(str(data.path)), data.path)
     coverage = None
     if draft_vocab_size is not None:

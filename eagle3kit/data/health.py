@@ -11,7 +11,6 @@ runs it too.
 
 from __future__ import annotations
 
-import os
 import shlex
 
 from eagle3kit.data import hidden_states as hs
@@ -22,12 +21,11 @@ from eagle3kit.draft.config import resolve_aux_layer_ids
 SHOWN = 5  # bad files named one by one in an error message (all of them are in bad_files)
 
 
-def remake_command(data_dir: DataDir | str | os.PathLike) -> str:
+def remake_command(data: DataDir) -> str:
     """The command that (re)makes ``data_dir`` with the settings it was made with (resuming: only what is missing or
     bad is made again): ``eagle3kit data --out DIR ...``, or the ``build_dataset`` call when the directory uses aux
     layers other than the verifier's default. A directory without a manifest (speculators' prepared dataset) gets
     the ``eagle3kit data`` call that fills its hidden states (:mod:`eagle3kit.data.fill`)."""
-    data = DataDir.open(data_dir)
     m = data.manifest
     if m is None:  # speculators' prepared dataset: eagle3kit data fills its hidden states (resuming)
         aux = data.aux_layer_ids
@@ -47,21 +45,19 @@ def remake_command(data_dir: DataDir | str | os.PathLike) -> str:
     return shlex.join(args)
 
 
-def bad_files(data_dir: DataDir | str | os.PathLike) -> dict[str, str]:
+def bad_files(data: DataDir) -> dict[str, str]:
     """``{file path: why}`` for every hidden-state file of ``data_dir`` that is missing or unusable (empty: all
     good). Reads every file: header, token ids against the dataset rows, shape, finite values. Without an eagle3kit
     manifest the shape expected is the first readable file's (:attr:`DataDir.n_states`, :attr:`DataDir.hidden_size`)."""
-    data = DataDir.open(data_dir)
     samples = input_id_rows(data.path)
     state = hs.scan(data.hidden_states_dir, samples, data.n_states, data.hidden_size)
     found = {i: "missing" for i in state["missing"]} | state["bad"]
     return {str(data.hidden_state_file(i)): why for i, why in sorted(found.items())}
 
 
-def require_healthy(data_dir: DataDir | str | os.PathLike) -> None:
+def require_healthy(data: DataDir) -> None:
     """Raise :class:`DataError` naming each bad hidden-state file and why, with the command that remakes them (when
     the directory has an eagle3kit manifest to remake it from)."""
-    data = DataDir.open(data_dir)
     found = bad_files(data)
     if found:
         listed = "; ".join(f"{path}: {why}" for path, why in list(found.items())[:SHOWN])

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from speculators.data_generation.offline import (
     check_hidden_states,
@@ -102,6 +103,18 @@ def remove_partial(hs_dir: Path) -> int:
     for p in stale:
         p.unlink(missing_ok=True)
     return len(stale)
+
+
+def first_shape(files: Sequence[Path]) -> tuple[tuple[int, ...], str] | None:
+    """(shape, safetensors dtype) of ``hidden_states`` in the first readable file of ``files`` (None: none is)."""
+    for p in files:
+        try:
+            with safe_open(str(p), "pt") as f:
+                part = f.get_slice("hidden_states")
+                return tuple(part.get_shape()), part.get_dtype()
+        except Exception:  # a cut-off or foreign file: try the next one  # noqa: BLE001
+            continue
+    return None
 
 
 def check_file(path: Path, token_ids: list[int], n_states: int | None = None, hidden: int | None = None) -> str | None:

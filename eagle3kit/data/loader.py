@@ -23,7 +23,7 @@ from eagle3kit.verifier import Verifier
 
 def held_out_conversations(data_dir: str | os.PathLike) -> list[list[dict]]:
     """The held-out conversations (role/content turns) for evaluation."""
-    path = Path(data_dir) / conv.HELD_OUT
+    path = Path(data_dir) / DataDir.HELD_OUT
     return conv.read_jsonl(path) if path.exists() and path.stat().st_size else []
 
 
@@ -39,7 +39,7 @@ def held_out_prompt_ids(data_dir: str | os.PathLike, n: int, max_prompt_tokens: 
     none): the rows of the split speculators' trainer validates on (``ArrowDataset(split="val")``: the rows after
     ``int(rows * train_ratio)``), each cut before its first supervised token, i.e. the render that ends with the
     generation prompt. Prompts longer than ``max_prompt_tokens`` are skipped (a cut would drop the template's head)."""
-    from datasets import load_from_disk  # lazy: only directories without held-out conversations need it
+    from datasets import load_from_disk
 
     rows = load_from_disk(str(data_dir)).with_format(None)
     out = []
@@ -87,10 +87,12 @@ def make_loader(
     """Packed batches as ``speculators train`` makes them: ArrowDataset -> multipack sampler -> CollateFn(shift_batch).
 
     Each batch: hidden_states [1, T, n_aux*hidden], input_ids, verifier_last_hidden_states, loss_mask, position_ids,
-    document_ids (-1 = padding) with T = ``total_seq_len``. ``verifier`` / ``aux_layer_ids`` are checked against the
-    manifest when given.
+    document_ids (-1 = padding) with T = ``total_seq_len``. A path is opened here, a :class:`DataDir` used as it is;
+    ``verifier`` / ``aux_layer_ids`` are checked against the directory when given.
     """
-    data = DataDir.open(data_dir).check_compatible(verifier, aux_layer_ids)
+    data = data_dir if isinstance(data_dir, DataDir) else DataDir.open(data_dir)
+    if verifier is not None or aux_layer_ids is not None:
+        data.check_compatible(verifier, aux_layer_ids)
     if not data.complete:
         raise DataError(f"{data.path} is incomplete (extraction was interrupted); finish it with: "
                         f"{remake_command(data)}")

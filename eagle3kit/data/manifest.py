@@ -62,6 +62,11 @@ class Request:
     source: str | None
     dtype: str
 
+    def changes(self, other: Request) -> str:
+        """What differs in ``other``, as ``"field: mine -> theirs, ..."`` (empty when nothing does)."""
+        mine, theirs = dataclasses.asdict(self), dataclasses.asdict(other)
+        return ", ".join(f"{k}: {mine[k]!r} -> {v!r}" for k, v in theirs.items() if mine[k] != v)
+
 
 @dataclass
 class Manifest:

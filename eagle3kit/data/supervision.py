@@ -216,16 +216,16 @@ def audit_vocab(data: DataDir | str | os.PathLike) -> dict:
     data = DataDir.open(data)
     ids, masks = _rows(data)
     freq = Counter(t for x, m in zip(ids, masks, strict=True) for t, b in zip(x, m, strict=True) if b)
-    path = vocab.token_freq_path(data.path)
+    path = data.token_freq_path
     stored = vocab.load_token_freq(data.path) if path.exists() else None
     counts = sorted(freq.values(), reverse=True)
     total = max(sum(counts), 1)
     mappings = {}
     for n in data.draft_vocab_sizes:
-        t2d_path = vocab.mapping_paths(data.path, n)[1]
+        t2d_path = data.mapping_paths(n)[1]
         if t2d_path.exists():
             t2d = torch.from_numpy(np.load(t2d_path))
-            d2t_path = vocab.mapping_paths(data.path, n)[0]
+            d2t_path = data.mapping_paths(n)[0]
             d2t = torch.from_numpy(np.load(d2t_path)) if d2t_path.exists() else None
             agree = d2t is not None and len(d2t) == n and torch.equal(torch.arange(n) + d2t, t2d.nonzero()[:, 0])
             mappings[n] = {"coverage": vocab.coverage(dict(freq), t2d), "best_coverage": sum(counts[:n]) / total,

@@ -15,12 +15,13 @@ from speculators.models.eagle3 import Eagle3DraftModel
 from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution, save_token_frequency_distribution
 
 from eagle3kit.atomic import atomic_file
+from eagle3kit.data.directory import DataDir
 from eagle3kit.draft.config import DraftBuild
 from eagle3kit.draft.model import build_model
 
 
 def token_freq_path(data_dir: str | os.PathLike) -> Path:
-    return Path(data_dir) / "token_freq.pt"
+    return Path(data_dir) / DataDir.TOKEN_FREQ
 
 
 def save_token_freq(dataset, data_dir: str | os.PathLike) -> Path:
@@ -42,7 +43,7 @@ def load_token_freq(data_dir: str | os.PathLike) -> dict[int, int]:
 def mapping_paths(data_dir: str | os.PathLike, draft_vocab_size: int) -> tuple[Path, Path]:
     """``(d2t-{N}.npy, t2d-{N}.npy)`` in ``data_dir``."""
     d = Path(data_dir)
-    return d / f"d2t-{draft_vocab_size}.npy", d / f"t2d-{draft_vocab_size}.npy"
+    return d / DataDir.D2T.format(n=draft_vocab_size), d / DataDir.T2D.format(n=draft_vocab_size)
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:

@@ -5,6 +5,8 @@
 ``model_checks``      loaded weights, shapes and aux ids against the verifier, vocab mapping, batch, vLLM head sizes
 ``draft_folder``      ``check_draft_folder(DIR)``: any speculators-format draft folder (``doctor --draft``);
                       ``examine_draft_folder`` keeps what it loaded and measured for the tau verdict
+``draft_loader``      a draft folder read from disk: found, its config and tensors, its verifier, the model loaded
+``data_facts``        what a draft folder's check needs of a data directory (``read_data_dir`` -> ``DataFacts``)
 ``ram``               the verifier's float32 RAM, stated before the doctor loads it, refused when short
 ``folder_checks``     a folder's method fields, tensors, saved vocab mapping, embedding, k vs TTT steps, context, data
 ``trained``           trained or an initialisation, by measurement against untrained drafts of the same shape
@@ -16,7 +18,7 @@
 ``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
 ``probe``             the measured backend matrix, each cell in a subprocess
 ``probe_worker``      what runs in that subprocess: one cell built, run and timed
-``seed``              the seed failure replayed step by step, the doctor's prediction beside each (notebook 02)
+``attention_replay``  the seed's attention failure replayed step by step, the doctor's prediction beside each (02)
 ``live``              catalogue rows broken live on the seed replay's draft: forgotten verifier weights, an odd length
 ``verdict``           what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, the ``story`` table,
                       ``speed_ratios``, ``recommendation_lines``

@@ -87,7 +87,7 @@ def catalogue_row(row_id: str, path: str | os.PathLike = CATALOGUE) -> Catalogue
 def demonstrate(row_id: str, findings: list, run: Callable[[], object] | None = None) -> str:
     """A catalogue row shown live: its symptom, the doctor's findings of the row's check among ``findings``, and
     what ``run`` (the broken artifact at work) did, an exception caught as its first line."""
-    from eagle3kit.doctor.findings import format_findings  # lazy: the table parser needs no torch
+    from eagle3kit.doctor.findings import format_findings
     from eagle3kit.doctor.probe_worker import first_line
 
     row = catalogue_row(row_id)

@@ -1,4 +1,4 @@
-"""Checks of a draft folder's files (:class:`~eagle3kit.doctor.draft_folder.DraftFolder`): the method fields the
+"""Checks of a draft folder's files (:class:`~eagle3kit.doctor.draft_loader.DraftFolder`): the method fields the
 engines read, the tensors (names, shapes, finite), the saved vocab mapping, the frozen embedding, served k against
 the trained TTT steps, the draft's context length, and the data the draft was trained on."""
 
@@ -163,7 +163,7 @@ def context_findings(config: Eagle3SpeculatorConfig, verifier: Verifier) -> list
 
 
 def data_findings(folder, config: Eagle3SpeculatorConfig, verifier: Verifier, data) -> list[Finding]:
-    """The draft against the data directory (:class:`~eagle3kit.doctor.draft_folder.DataFacts`) it was trained on:
+    """The draft against the data directory (:class:`~eagle3kit.doctor.data_facts.DataFacts`) it was trained on:
     aux layer ids, vocab mapping, verifier."""
     out, ids = [], list(config.eagle_aux_hidden_state_layer_ids or [])
     if ids != data.aux_layer_ids:

@@ -14,7 +14,7 @@ from eagle3kit.doctor import probe
 from eagle3kit.doctor.catalogue import demonstrate
 from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.probe_worker import make_batch
-from eagle3kit.doctor.seed import SeedReplay
+from eagle3kit.doctor.attention_replay import SeedReplay
 from eagle3kit.draft.config import with_attention
 from eagle3kit.logs import quiet
 

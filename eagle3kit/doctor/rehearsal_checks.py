@@ -41,7 +41,7 @@ def before(config, ranks: int, save_path: str | Path | None = None) -> list[Find
 
 def data_findings(f: dict, ranks: int) -> list[Finding]:
     """The data against the draft and the ranks: states per token, and a validation split every rank can draw."""
-    from eagle3kit.data.directory import DataDir  # lazy: the data layer reads Arrow files
+    from eagle3kit.data.directory import DataDir
     from eagle3kit.data.loader import batch_sampler, load_dataset
 
     if not Path(f["data_path"]).is_dir():
@@ -90,7 +90,7 @@ def _ended(f: dict, save: Path, epoch: int, state: dict, ranks: int) -> list[Fin
     """An end-of-epoch checkpoint: a finished run, or an epoch that max_steps cut short but speculators marked done."""
     if state.get("local_step"):
         return []  # a mid-epoch checkpoint: the rerun goes on within that epoch
-    from eagle3kit.train.rehearsal.resume import epoch_batches  # lazy: reads the data's lengths
+    from eagle3kit.train.rehearsal.resume import epoch_batches
 
     per_epoch = epoch_batches(f, ranks) if state and Path(f["data_path"]).is_dir() else None
     done = state.get("global_step", 0) - epoch * (per_epoch or 0)

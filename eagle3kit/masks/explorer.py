@@ -6,12 +6,12 @@ All logic lives in plain methods (``layout``, ``redraw``); the controls only cal
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
+from eagle3kit.figures import png_bytes
 from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.eagle_mask import BLOCK, EagleMask, MaskInputError, build_mask, round_up_to_block
 
@@ -137,11 +137,5 @@ class MaskExplorer:
                                  f"total_seq_len {m.total_seq_len}, {m.ttt_steps} TTT steps, "
                                  f"window {m.sliding_window or 'off'}; built in {m.build_seconds:.2f}s")
         if not self.error:
-            self.token_image.value = _png(self.figure)
-            self.block_image.value = _png(self.block_figure)
-
-
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    return buf.getvalue()
+            self.token_image.value = png_bytes(self.figure)
+            self.block_image.value = png_bytes(self.block_figure)

@@ -24,6 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from eagle3kit.masks.eagle_mask import BLOCK
+from eagle3kit.plan.commands import TOTAL_SEQ_LEN
 from eagle3kit.plan.shapes import DraftShape
 
 FP32 = 4
@@ -49,7 +50,7 @@ CPU_FP32 = Precision(act=FP32, hidden_states=FP32)
 class StepSettings:
     """What a training step's memory depends on besides the draft's shapes."""
 
-    total_seq_len: int = 8192
+    total_seq_len: int = TOTAL_SEQ_LEN
     loss_implementation: str = "fused"  # "eager" | "fused"
     optimizer: str = "adamw"  # "adamw" | "muon"
     attention: str = "simple_flex_attention"  # or "sdpa" (dense boolean mask) / "eager"

@@ -1,6 +1,6 @@
 """What a :class:`~eagle3kit.train.session.TrainSession` trains on: its batches at an exact, resumable position.
 
-They come from :func:`eagle3kit.data.dataset.make_loader`: speculators' ``ArrowDataset`` +
+They come from :func:`eagle3kit.data.loader.make_loader`: speculators' ``ArrowDataset`` +
 ``MultipackDistributedBatchSamplerV2`` + ``CollateFn`` (eagle3 ``shift_batch``), i.e. the very batches
 ``speculators train`` packs on one GPU for the same ``total_seq_len``, ``seed`` and ``train_data_ratio``. They are
 driven here the way a ``DataLoader`` with ``num_workers=0`` drives them, so that the position (epoch, batch index)
@@ -10,7 +10,6 @@ drawn by that rank's sampler, as the processes of ``torchrun --nproc_per_node=ra
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -20,12 +19,11 @@ from eagle3kit.data.directory import DataDir, DataError
 
 
 class Batches:
-    """Packed training batches of ``data_dir`` by (epoch, index); epoch ``e`` is shuffled with ``seed + e``; one batch
-    per rank at each position."""
+    """Packed training batches of ``data`` by (epoch, index); epoch ``e`` is shuffled with ``seed + e``; one batch
+    per rank at each position. ``data`` is already checked for ``build``'s draft (:meth:`DataDir.for_draft`)."""
 
-    def __init__(self, data_dir: DataDir | str | os.PathLike, build, total_seq_len: int, seed: int,
-                 train_ratio: float, dtype: torch.dtype, ranks: int = 1):
-        data = DataDir.open(data_dir).check_compatible(build.verifier, build.aux_layer_ids)
+    def __init__(self, data: DataDir, build, total_seq_len: int, seed: int, train_ratio: float, dtype: torch.dtype,
+                 ranks: int = 1):
         data_dir = data.path
         rows = data.n_samples
         if not rows:

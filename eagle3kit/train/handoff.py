@@ -149,7 +149,7 @@ def pretrained_weights(config) -> dict[str, torch.Tensor] | None:
     folder = _flat(config).get("from_pretrained")
     if not folder:
         return None
-    from safetensors.torch import load_file  # lazy: only a from_pretrained run reads the folder
+    from safetensors.torch import load_file
 
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
@@ -162,7 +162,7 @@ def pretrained_weights(config) -> dict[str, torch.Tensor] | None:
 def initial_weights(model: torch.nn.Module, saved: str | os.PathLike) -> dict[str, Any]:
     """A session's seeded draft against the one ``speculators train --dry-run`` seeded and saved (``model.safetensors``,
     in its ``hidden_states_dtype``): ours cast to that dtype, compared tensor by tensor."""
-    from safetensors.torch import load_file  # lazy: only this comparison reads the file directly
+    from safetensors.torch import load_file
 
     ours = model.state_dict()
     theirs = {k: v for k, v in load_file(str(saved)).items() if v.is_floating_point()}

@@ -53,14 +53,16 @@ class MeasuredStep:
 def measure_training_step(build: DraftBuild, data_dir: str | os.PathLike, total_seq_len: int,
                           loss_implementation: str = "eager") -> MeasuredStep:
     """Warm up one step (AdamW's moments appear), then measure the next on the same packed batch (float32, CPU)."""
-    from eagle3kit.train.batches import Batches  # lazy: the training stack is only needed to measure
+    from eagle3kit.data.directory import DataDir
+    from eagle3kit.train.batches import Batches
     from eagle3kit.train.loop import PlainLoop
     from eagle3kit.train.session import TrainSettings
 
     settings = TrainSettings(total_seq_len=total_seq_len, loss_implementation=loss_implementation,
                              hidden_states_dtype="float32").resolved("cpu")
     loop = PlainLoop(build, data_dir, settings, total_steps=100)
-    batches = Batches(data_dir, build, total_seq_len, settings.seed, settings.train_data_ratio, torch.float32)
+    data = DataDir.open(data_dir).for_draft(build.verifier, build.aux_layer_ids)
+    batches = Batches(data, build, total_seq_len, settings.seed, settings.train_data_ratio, torch.float32)
     batch = batches.peek()
     loop.step(batch)
     peak, _ = peak_allocated(lambda: loop.step(batch))
@@ -75,7 +77,7 @@ def measure_training_step(build: DraftBuild, data_dir: str | os.PathLike, total_
 def measure_loss_peak(tokens: int, vocab: int, implementation: str = "eager",
                       dtype: torch.dtype = torch.float32) -> int:
     """Peak bytes beyond its inputs of speculators' kl_div loss, forward and backward, on ``[1, tokens, vocab]``."""
-    from speculators.losses import resolve_loss_config  # lazy: only the measurement needs it
+    from speculators.losses import resolve_loss_config
 
     fn, _weight = resolve_loss_config("kl_div", implementation)["kl_div"]
     logits = torch.randn(1, tokens, vocab, dtype=dtype, requires_grad=True)

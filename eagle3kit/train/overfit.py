@@ -6,31 +6,11 @@ will meet. A draft wired correctly (aux hidden states, pre-norm targets, d2t/t2d
 dozen steps and then has as many draft tokens accepted as it learned (τ close to ``k + 1`` once memorised). A draft that
 cannot overfit one sample has a wiring bug, and more data will not fix it.
 
-The verdict is relative to the conversation: ``passed`` when the draft learned it (training accuracy at TTT step 0
->= ``LEARNED``) and the decode loop accepts >= ``threshold`` (0.6) x the draft tokens a round its own training
-accuracy predicts (``a0 + a0·a1 + a0·a1·a2``). τ alone depends on the conversation. Measured with
-``bench/overfit_verdict.py`` (SmolLM2, the defaults: 40 steps, k 3, lr 3e-3, draft vocab 1024; 2 cores at load 5-12;
-the miswired rows break the ShareGPT seed-0 conversation's data with :mod:`eagle3kit.data.breakages`):
-
-=========================  ========  =========================  =====================  =====  ======
-case                       τ         training acc per TTT step  accepted / predicted   ratio  verdict
-=========================  ========  =========================  =====================  =====  ======
-system prompt + 3 turns    2.25      0.83 0.68 0.52             1.25 / 1.69            0.74   pass
-ShareGPT, seed 0           3.71      0.98 0.97 0.94             2.71 / 2.84            0.95   pass
-short reply (16 tokens)    3.75      1.00 0.94 0.89             2.75 / 2.78            0.99   pass
-last state normed          1.21      0.86 0.70 0.59             0.21 / 1.82            0.12   FAIL
-aux states one layer late  3.94      1.00 0.98 0.97             2.94 / 2.94            1.00   pass
-d2t all zero               2.74      0.98 0.97 0.94             1.74 / 2.84            0.61   pass
-d2t one id off             1.00      0.98 0.97 0.94             0.00 / 2.84            0.00   FAIL
-=========================  ========  =========================  =====================  =====  ======
-
-The old rule, τ >= 0.8 (k + 1) = 3.2, failed the healthy multi-turn file (a repetitive greedy reply that 40 steps
-learn only to the accuracies above; issue 28 saw τ 3.15 on the same kind of file). On the tiny verifier (random token
-ids) an all-zero d2t fails it (tests/test_overfit.py); a draft that did not learn (1 step) fails on ``LEARNED``.
-What one conversation cannot show (measured above): aux states from the wrong layer
-(the draft memorises one conversation from its tokens and is accepted as trained) and, on SmolLM2, most of an
-all-zero d2t (its frequent tokens have ids below the draft vocab size, so the identity maps many of them right).
-``eagle3kit doctor --data`` checks those directly (the aux slices recomputed, the mapping against the data).
+The verdict is relative to the conversation, because τ alone depends on it (a repetitive reply is learned only part
+way): ``passed`` when the draft learned it (training accuracy at TTT step 0 >= ``LEARNED``) and the decode loop
+accepts >= ``threshold`` x the draft tokens a round its own training accuracy predicts (``a0 + a0·a1 + a0·a1·a2``).
+One conversation cannot show aux states from the wrong layer, nor (on SmolLM2) most of an all-zero d2t; ``eagle3kit
+doctor --data`` checks those. Healthy and miswired setups measured: ``bench/results/overfit_verdict.md``.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ class TrainingDiverged(UserError):
 class TrainSession:
     """A draft, its optimizer and scheduler, and a position in the data; ``step()`` trains on one packed batch.
 
-    ``data_dir`` is a :class:`~eagle3kit.data.directory.DataDir` or its path (its manifest is read once, here).
+    ``data_dir`` is a :class:`~eagle3kit.data.directory.DataDir` or its path (opened here); the session holds that one
+    DataDir and hands it on (batches, vocab mapping), checked once against the draft.
     ``draft`` is a :class:`DraftBuild`, a :class:`DraftSpec`, a verifier name (str), a ``Path`` to a saved draft
     ``config.json``'s folder (notebook 01's), or None (the verifier the data was made with); the last three get the
     data's draft vocab. Keyword arguments are :class:`TrainSettings` fields.
@@ -65,10 +66,9 @@ class TrainSession:
         unknown = set(settings) - {f.name for f in dataclasses.fields(TrainSettings)}
         if unknown:
             raise TypeError(f"Unknown training setting(s) {sorted(unknown)}; see TrainSettings for the fields.")
-        self.data = DataDir.open(data_dir)
-        self.data_dir = self.data.path.resolve()
-        self.build = _as_build(draft, self.data)
-        self.data.tell(self.build.verifier, self.build.aux_layer_ids)  # a directory without a manifest: what it holds
+        self.data_dir = data_dir if isinstance(data_dir, DataDir) else DataDir.open(data_dir)
+        self.build = _as_build(draft, self.data_dir)
+        self.data_dir.for_draft(self.build.verifier, self.build.aux_layer_ids)
         self.device = self.build.device
         if self.device == "cpu" and self.build.attention.implementation in ("simple_flex_attention", "flex_attention"):
             raise UserError(
@@ -82,7 +82,8 @@ class TrainSession:
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = draft_ttt_steps(self.build.config)
-        self.batches = Batches(self.data, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype, s.ranks)
+        self.batches = Batches(self.data_dir, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype,
+                               s.ranks)
         self.loss_config = resolve_loss_config(s.loss_fn, s.loss_implementation)
         torch.manual_seed(s.seed)
         self.model = build_for_data(self.build, self.data_dir, s.warm_start_layer)
@@ -226,9 +227,14 @@ class TrainSession:
         spec = {f"draft.{k}": v for k, v in dataclasses.asdict(self.build.spec).items()
                 if k not in ("verifier", "attn_implementation", "training")}
         settings = {k: v for k, v in dataclasses.asdict(self.settings).items() if k != "warm_start_layer"}
-        return {"data_dir": str(self.data_dir), "data_rows": len(self.batches.dataset),
+        return {"data_dir": self._data_path, "data_rows": len(self.batches.dataset),
                 "verifier": self.build.verifier.path, "attention": self.build.attention.implementation,
                 "device": self.device, **spec, **settings}
+
+    @property
+    def _data_path(self) -> str:
+        """The data directory's absolute path, as a checkpoint records it."""
+        return str(self.data_dir.path.resolve())
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Checkpoint: speculators' model dir + optimizer, scheduler, RNG, data position and history (atomic)."""
@@ -236,7 +242,7 @@ class TrainSession:
             state = {"global_step": self.global_step, "epoch": self.batches.epoch, "index": self.batches.index,
                      "history": self.history}
             session = {"fingerprint": self.fingerprint(), "spec": dataclasses.asdict(self.build.spec),
-                       "settings": dataclasses.asdict(self.settings), "data_dir": str(self.data_dir)}
+                       "settings": dataclasses.asdict(self.settings), "data_dir": self._data_path}
             self.last_checkpoint = ckpt.save_checkpoint(directory, self.model, self.optimizers, self.schedulers,
                                                         state, session)
             return self.last_checkpoint
@@ -246,7 +252,7 @@ class TrainSession:
         """Restore a checkpoint made by a session with this very configuration (else a clear error)."""
         saved = dict((_saved or ckpt.read_session(directory))["fingerprint"])
         if _moved_data:
-            saved["data_dir"] = str(self.data_dir)
+            saved["data_dir"] = self._data_path
         ckpt.check_fingerprint(saved, self.fingerprint(), directory)
         with self._lock:
             state = ckpt.load_training_state(directory, self.model, self.optimizers, self.schedulers)

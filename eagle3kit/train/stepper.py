@@ -10,7 +10,6 @@ steps, so ``Stop`` works in a live JupyterLab while the kernel stays responsive.
 
 from __future__ import annotations
 
-import io
 import threading
 import time
 from typing import Any
@@ -19,14 +18,9 @@ import ipywidgets as w
 from matplotlib.figure import Figure
 
 from eagle3kit.data.plots import plot_batch
+from eagle3kit.figures import png_bytes
 from eagle3kit.train.plots import plot_metrics
 from eagle3kit.train.session import TrainSession
-
-
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    return buf.getvalue()
 
 
 class TrainingStepper:
@@ -125,10 +119,10 @@ class TrainingStepper:
         start = time.monotonic()
         s = self.session
         history = list(s.history)
-        self.metrics_image.value = _png(self.metrics_figure())
+        self.metrics_image.value = png_bytes(self.metrics_figure())
         try:
             batch = s.peek_batch()
-            self.batch_image.value = _png(plot_batch(batch["document_ids"].cpu(), s.ttt_steps,
+            self.batch_image.value = png_bytes(plot_batch(batch["document_ids"].cpu(), s.ttt_steps,
                                                      batch["loss_mask"].cpu()))
         except Exception as exc:  # noqa: BLE001 - e.g. the run is complete
             self.error = self.error or f"{type(exc).__name__}: {exc}"

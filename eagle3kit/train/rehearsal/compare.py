@@ -34,7 +34,7 @@ def session_for(rehearsal: Rehearsal, data_dir: str | os.PathLike | None = None,
                 device: str = "cpu") -> TrainSession:
     """The session of the run speculators trained (its resolved YAML), as ``rehearsal.ranks`` ranks, starting from
     the YAML's ``from_pretrained`` weights when it has them."""
-    from eagle3kit.train.launch import validate_yaml  # lazy: speculators' config schema
+    from eagle3kit.train.launch import validate_yaml
 
     config = validate_yaml(rehearsal.resolved_yaml)
     spec = handoff.session_draft(config, device=device)
@@ -82,7 +82,7 @@ class WeightsDiff:
 
 def weights(a: str | os.PathLike, b: str | os.PathLike) -> WeightsDiff:
     """Compare the trained tensors of two draft folders (``model.safetensors``) in the dtype they were saved in."""
-    from safetensors.torch import load_file  # lazy: only the comparison reads the files directly
+    from safetensors.torch import load_file
 
     ta, tb = (load_file(str(Path(p) / "model.safetensors")) for p in (a, b))
     if ta.keys() != tb.keys():

@@ -49,7 +49,7 @@ def present_cpu() -> list[str]:
     """Install the pieces (once per process) when :func:`needed`; return their names (empty on a GPU)."""
     if not needed() or getattr(torch.accelerator, "_eagle3kit_cpu", False):
         return []
-    import speculators.train.checkpointer as spec_checkpointer  # lazy: only a rehearsal process imports the trainer
+    import speculators.train.checkpointer as spec_checkpointer
     import speculators.train.distributed as spec_dist
     import speculators.train.trainer as spec_trainer
 

@@ -40,7 +40,7 @@ def run(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rest = args.speculators_args[1:] if args.speculators_args[:1] == ["--"] else args.speculators_args
 
-    import speculators.train.cli as spec_cli  # lazy: the trainer's imports take seconds
+    import speculators.train.cli as spec_cli
     from speculators.train.config import TrainConfig
 
     from eagle3kit.train.handoff import MetricsFile

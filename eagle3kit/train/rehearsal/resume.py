@@ -55,7 +55,7 @@ class Preemption:
 def epoch_batches(f: dict[str, Any], ranks: int) -> int:
     """Batches per rank in epoch 0 of a run (``f``: its resolved ``TrainConfig``, flattened): what speculators'
     ``len(train_loader)`` is."""
-    from eagle3kit.data.loader import batch_sampler, load_dataset  # lazy: the data layer reads Arrow files
+    from eagle3kit.data.loader import batch_sampler, load_dataset
 
     dataset = load_dataset(f["data_path"], f["total_seq_len"], train_ratio=f["train_data_ratio"])
     return len(batch_sampler(dataset, f["total_seq_len"], f["seed"], ranks))
@@ -74,7 +74,7 @@ def preempt(yaml: str | os.PathLike, out: str | os.PathLike, ranks: int = 2, fsd
     """Run ``steps`` steps uninterrupted (``out/uninterrupted``); run them again (``out/preempted``) with a
     checkpoint after ``checkpoint_step`` and the last rank killed right after step ``checkpoint_step + 1``; rerun
     that into the same save path. With ``explain``, a session rounded as the checkpoint rounds replays the rerun."""
-    from eagle3kit.train.launch import validate_yaml  # lazy: speculators' config schema
+    from eagle3kit.train.launch import validate_yaml
 
     if not 0 < checkpoint_step < steps - 1:
         raise UserError(f"checkpoint_step={checkpoint_step}: use a step between 1 and {steps - 2}, so the run is "
@@ -108,7 +108,7 @@ def preempt(yaml: str | os.PathLike, out: str | os.PathLike, ranks: int = 2, fsd
 def as_resumed(session: TrainSession, checkpoint: str | os.PathLike) -> None:
     """Round the session's state as speculators' checkpoint stored it: each tensor the checkpoint holds (frozen
     verifier copies included) and every float optimizer state, to the checkpoint's float dtype and back."""
-    from safetensors import safe_open  # lazy: only this reads a checkpoint's header
+    from safetensors import safe_open
 
     with safe_open(str(Path(checkpoint) / "model.safetensors"), framework="pt") as f:
         saved = {k: f.get_slice(k).get_dtype() for k in f.keys()}  # noqa: SIM118

@@ -87,7 +87,7 @@ def save_path(out: str | os.PathLike) -> Path:
 
 def overrides_table(yaml: str | os.PathLike, flags: dict[str, Any]) -> pd.DataFrame:
     """Each flag that changes the YAML's value: the YAML's, the rehearsal's, and why."""
-    from eagle3kit.train.launch import validate_yaml  # lazy: speculators' config schema
+    from eagle3kit.train.launch import validate_yaml
 
     flat = validate_yaml(yaml).flatten()
     why = {"num_workers": "data-loader workers per rank (0: batches made in the rank's own process)",
@@ -113,7 +113,7 @@ def overrides(config, steps: int | None, num_workers: int, here_cpu: bool) -> di
 def local_data(yaml: str | os.PathLike, data: str | os.PathLike | None) -> dict[str, str]:
     """The ``data_path`` flag of a rehearsal told this machine's copy of the data (``data``), else nothing; a YAML
     whose data_path is not a folder here (the cluster's) is refused, naming ``--data``."""
-    from eagle3kit.train.launch import validate_yaml  # lazy: speculators' config schema
+    from eagle3kit.train.launch import validate_yaml
 
     if data is not None:
         return {"data_path": str(Path(data).resolve())}
@@ -127,14 +127,14 @@ def local_data(yaml: str | os.PathLike, data: str | os.PathLike | None) -> dict[
 def flags_for(yaml: str | os.PathLike, steps: int | None = 3, num_workers: int = 0,
               extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every flag a rehearsal of ``yaml`` adds (:func:`overrides` on this machine, then ``extra``)."""
-    from eagle3kit.train.launch import validate_yaml  # lazy: speculators' config schema takes a second to import
+    from eagle3kit.train.launch import validate_yaml
 
     return {**overrides(validate_yaml(yaml), steps, num_workers, cpu.needed()), **(extra or {})}
 
 
 def resolved(yaml: str | os.PathLike, flags: dict[str, Any]):
     """The ``TrainConfig`` speculators will train: ``yaml`` with ``flags`` on top, as its command line resolves it."""
-    from speculators.train.config import TrainConfig  # lazy: speculators' config schema
+    from speculators.train.config import TrainConfig
 
     return TrainConfig.from_sources(cli=dict(flags), config_path=str(yaml),
                                     argv=["speculators", "train", "--config", str(yaml)])

@@ -1,4 +1,5 @@
-"""The seed failure, replayed step by step: each step run for real, its error caught, the doctor's prediction beside it.
+"""The seed's attention failure (docs/failures.md: the notebooks this project started from), replayed step by step:
+each step run for real, its error caught, the doctor's prediction beside it.
 
 The story: a hand-built ``LlamaConfig`` leaves ``_attn_implementation`` unset, so speculators builds the draft for
 flex attention (a ``BlockMask``). speculators picks the mask builder when the model is built, so switching the

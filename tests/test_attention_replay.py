@@ -1,11 +1,12 @@
-"""The seed failure replayed for real on the tiny verifier: each step fails (or not) as the doctor predicts."""
+"""The seed's attention failure replayed for real on the tiny verifier: each step fails (or not) as the doctor
+predicts."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from eagle3kit.doctor.seed import SeedReplay, hand_built_config, table
+from eagle3kit.doctor.attention_replay import SeedReplay, hand_built_config, table
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="replays the CPU story (GPU: tests marked cuda)")
 
