@@ -16,7 +16,10 @@ it; :mod:`eagle3kit.cli.args` builds options from typed fields and signatures.
 ``launch``      ``launch``: speculators' TrainConfig YAML and the torchrun command
 ``rehearse``    ``rehearse``: speculators' own trainer run here on that YAML
 ``plan``        ``plan``: disk, GPU memory, time and served speedup of the GPU run
-``evaluate``    ``evaluate``, ``install-vllm``, ``vllm-check`` (06)
+``measure``     what ``evaluate`` and ``vllm-check`` measure on: prompts, named sets, lengths, k; the benchmark table
+``evaluate``    ``evaluate``: τ of exported drafts, simulated and decoded, or per benchmark category (06)
+``install_vllm`` ``install-vllm``: vLLM's CPU build in its own environment
+``vllm_check``  ``vllm-check``: the export served in vLLM, its τ beside eagle3kit's, lossless (06)
 ``__main__``    ``python -m eagle3kit.cli``
 
 A user mistake ends in one line on stderr and exit status 2; the stages are imported inside each command (the lazy
@@ -32,8 +35,8 @@ import warnings
 from collections.abc import Callable
 
 from eagle3kit.cli import args as cli_args
-from eagle3kit.cli import (config, data, doctor, evaluate, launch, masks, overfit, plan, probe, regenerate, rehearse,
-                           train)
+from eagle3kit.cli import (config, data, doctor, evaluate, install_vllm, launch, masks, overfit, plan, probe,
+                           regenerate, rehearse, train, vllm_check)
 from eagle3kit.cli import preflight as cli_preflight
 from eagle3kit.errors import is_user_error
 
@@ -86,8 +89,8 @@ COMMANDS: tuple[tuple[str, Handler, Callable[[argparse.ArgumentParser], None]], 
     ("doctor", doctor.cmd_doctor, doctor.doctor_options),
     ("probe", probe.cmd_probe, probe.probe_options),
     ("evaluate", evaluate.cmd_evaluate, evaluate.evaluate_options),
-    ("install-vllm", evaluate.cmd_install_vllm, evaluate.install_vllm_options),
-    ("vllm-check", evaluate.cmd_vllm_check, evaluate.vllm_check_options),
+    ("install-vllm", install_vllm.cmd_install_vllm, install_vllm.install_vllm_options),
+    ("vllm-check", vllm_check.cmd_vllm_check, vllm_check.vllm_check_options),
     ("masks", masks.cmd_masks, masks.masks_options),
     ("install-assets", cmd_install_assets, cli_args.no_options),
 )
