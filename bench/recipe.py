@@ -317,6 +317,8 @@ def main() -> int:
     ap.add_argument("--best", default="", help="the recipe (a name, or NAME+NAME to combine) for --frontier")
     ap.add_argument("--work", default=str(Path.home() / ".cache" / "eagle3kit" / "recipe-lab"))
     ap.add_argument("--out", default=str(recipes.RESULTS))
+    ap.add_argument("--demo", default="", help="the recipe the demo preset adopts (a name or NAME+NAME), recorded in "
+                    "the results' context in the presets' words (tests/test_recipes.py holds the preset to it)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -335,7 +337,9 @@ def main() -> int:
     if args.frontier:
         best = combine(args.best or "base")
         frontier = [lab.run(best, float(b)) for b in args.frontier.split(",")]
-    recipes.write_lab(args.out, rows, frontier, budget=args.budget, machine=machine())
+    extra = {"demo": preset_view(combine(args.demo))} if args.demo else {}
+    recipes.write_lab(args.out, rows, frontier, budget=args.budget, machine=machine(), **extra,
+                      regeneration=regeneration_summary())
     print(f"written to {args.out} and {Path(args.out).with_suffix('.md')}")
     return 0
 
@@ -352,6 +356,29 @@ def combine(names: str) -> Recipe:
         ttt = p.ttt_steps if p.ttt_steps != 3 else ttt
     data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
     return Recipe(names, "best", " + ".join(p.what for p in parts), Data(**data), tuple(train.items()), ttt)
+
+
+def preset_view(r: Recipe) -> dict:
+    """The recipe in the words of the demo preset (eagle3kit.presets: notebook 04's data, notebook 05's training)."""
+    d = r.data
+    data = {"n_conversations": d.n_conversations, "seq_length": d.seq_length, "draft_vocab_size": d.draft_vocab_size,
+            "regenerate_tokens": d.reply_tokens if d.replies != "sharegpt" else 0,
+            "regenerate_prompt_tokens": d.prompt_tokens}
+    train = {k: v for k, v in r.settings().items() if k != "hidden_states_dtype"}
+    if r.ttt_steps != 3:
+        train["ttt_steps"] = r.ttt_steps
+    return {"recipe": r.name, "data": data, "train": train}
+
+
+def regeneration_summary() -> dict | None:
+    """What bench/regeneration_engines.py measured (tokens/s per engine, the share of the matmul peak), if it ran."""
+    path = Path(__file__).parent / "results" / "regeneration.json"
+    if not path.exists():
+        return None
+    raw = json.loads(path.read_text())
+    return {"prompts": raw["prompts"], "peak_gflops": raw["matmul_peak_gflops"],
+            "rows": [{k: r[k] for k in ("engine", "tokens_per_s", "ratio_to_transformers_fp32", "share_of_bf16_peak",
+                                        "start_seconds")} for r in raw["rows"]]}
 
 
 def machine() -> dict:

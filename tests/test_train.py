@@ -125,7 +125,7 @@ def test_a_session_reads_its_manifest_and_its_session_json_once(tiny_data, tmp_p
     assert resumed.global_step == 0 and resumed.data_dir.path.resolve() == s.data_dir.path.resolve()
     given = DataDir(tiny_data)  # a DataDir handed in is not read again
     with mock.patch.object(Path, "read_text", autospec=True, side_effect=Path.read_text) as reads:
-        assert TrainSession(given, progress=False, total_seq_len=SEQ).data is given
+        assert TrainSession(given, progress=False, total_seq_len=SEQ).data_dir is given
     assert [c.args[0].name for c in reads.call_args_list].count(MANIFEST) == 0
 
 

@@ -224,7 +224,7 @@ def test_the_env_beside_the_checkout_is_found_from_any_working_dir(tmp_path, mon
     checkout must still be the one found (a move of this module once made it look in notebooks/)."""
     from eagle3kit.vllm_env import CHECKOUT, VENV_VAR, vllm_env_dir
 
-    assert (CHECKOUT / "eagle3kit" / "evaluate" / "vllm" / "env.py").is_file() and (CHECKOUT / "Makefile").is_file()
+    assert (CHECKOUT / "eagle3kit" / "vllm_env.py").is_file() and (CHECKOUT / "Makefile").is_file()
     monkeypatch.delenv(VENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
     found = vllm_env_dir()

@@ -89,9 +89,15 @@ def write_lab(path: str | os.PathLike, results: list[dict], frontier: list[dict]
     path = Path(path)
     write_text(path, json.dumps({"context": context, "rows": results, "frontier": frontier}) + "\n")
     rows = [LabRow.from_result(r) for r in results]
+    shown = {k: v for k, v in context.items() if k != "regeneration"}
     md = ["# The recipe lab (`bench/recipe.py`)", "",
-          f"Context: {json.dumps(context)}. τ: mean over prompts with a 95 % bootstrap interval (k = 3, greedy, "
+          f"Context: {json.dumps(shown)}. τ: mean over prompts with a 95 % bootstrap interval (k = 3, greedy, "
           f"64 new tokens); Δ against `{REFERENCE}`.", "", markdown_table(table(rows))]
+    regen = context.get("regeneration")
+    if regen:
+        md += ["", "## Who writes the replies (`bench/regeneration_engines.py`)", "",
+               f"{regen['prompts']} prompts of the demo's regeneration; this CPU's matmul peak: "
+               f"{regen['peak_gflops']} GFLOP/s.", "", markdown_table(pd.DataFrame(regen["rows"]))]
     if frontier:
         md += ["", "## The best recipe against minutes", "",
                markdown_table(table([LabRow.from_result(r) for r in frontier], reference=""))]
