@@ -290,7 +290,7 @@ def supervise_all(base: Path, out: Path) -> None:
                                                                                       "dataset_info.json",
                                                                                       "lab_cost.json"))
     ds = load_from_disk(str(base)).with_format(None)
-    ds = ds.map(lambda row: {"loss_mask": [1] * len(row["loss_mask"])})
+    ds = ds.map(lambda row: {"loss_mask": [1] * len(row["loss_mask"])}).with_format("torch")  # as build_dataset saves
     tmp = out / ".arrow"
     ds.save_to_disk(str(tmp))
     for p in tmp.iterdir():

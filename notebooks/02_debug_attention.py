@@ -48,8 +48,7 @@ from eagle3kit.device import resolve_device
 from eagle3kit.doctor.catalogue import catalogue_frame
 from eagle3kit.doctor.plots import plot_timings
 from eagle3kit.doctor.verdict import (probe_row, recommendation_lines, recommendations, setting_configs,
-                                      speed_ratios)
-from eagle3kit.doctor.verdict import story as settings_table
+                                      settings_table, speed_ratios)
 from eagle3kit.notebook import setup
 from eagle3kit.runner import record_summary
 

@@ -20,7 +20,7 @@
 ``probe_worker``      what runs in that subprocess: one cell built, run and timed
 ``attention_replay``  the seed's attention failure replayed step by step, the doctor's prediction beside each (02)
 ``live``              catalogue rows broken live on the seed replay's draft: forgotten verifier weights, an odd length
-``verdict``           what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, the ``story`` table,
+``verdict``           what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, ``settings_table``,
                       ``speed_ratios``, ``recommendation_lines``
 ``plots``             ``plot_timings(matrix)`` -> Figure
 ``catalogue``         docs/failures.md, the failure catalogue: ``catalogue_rows``, ``catalogue_frame``, ``demonstrate``

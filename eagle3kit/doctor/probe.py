@@ -4,7 +4,7 @@ A segfault, an exception or a hang becomes a row (``crashed``, ``error``, ``time
 worker (``probe_worker``) runs the cells it is given in order and reports each; when it dies or hangs,
 the cell in flight gets the row and a fresh worker takes the remaining cells. Nothing here is written in advance:
 every value comes from running speculators' ``Eagle3DraftModel`` on this machine. Reading the matrix:
-:mod:`eagle3kit.doctor.verdict` (recommendation, story table) and :mod:`eagle3kit.doctor.plots` (timings).
+:mod:`eagle3kit.doctor.verdict` (recommendation, settings table) and :mod:`eagle3kit.doctor.plots` (timings).
 """
 
 from __future__ import annotations

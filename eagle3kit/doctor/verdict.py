@@ -1,5 +1,5 @@
 """What the probe's matrix concludes: the recommended backends (and the lines to set), the speed race behind them,
-one cell's row, and notebook 02's story table (settings x outcomes).
+one cell's row, and notebook 02's settings table (settings x outcomes).
 
 Both read the rows of :func:`eagle3kit.doctor.probe.probe`; nothing is written in advance.
 """
@@ -40,7 +40,7 @@ def probe_row(matrix: pd.DataFrame, backend: str, mode: str, seq_len: int | None
     return rows.iloc[0] if len(rows) else None
 
 
-def story(configs: dict[str, object], matrix: pd.DataFrame, device: str = "cpu", seq_len: int | None = None,
+def settings_table(configs: dict[str, object], matrix: pd.DataFrame, device: str = "cpu", seq_len: int | None = None,
           backend_of: dict[str, str] | None = None) -> pd.DataFrame:
     """Per attention setting: what speculators resolves it to, the mask it builds, the probe's outcome, the doctor's.
 
@@ -70,7 +70,7 @@ SETTINGS = {"unset": None, "sdpa": "sdpa", "flex_attention": "flex_attention",
 
 
 def setting_configs(config) -> dict[str, object]:
-    """``config`` with each of :data:`SETTINGS` set before building: the ``configs`` of :func:`story`."""
+    """``config`` with each of :data:`SETTINGS` set before building: the ``configs`` of :func:`settings_table`."""
     return {label: with_attention(config, impl) for label, impl in SETTINGS.items()}
 
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from eagle3kit.atomic import write_text
-from eagle3kit.evaluate.scores import PromptScore, summarise
+from eagle3kit.evaluate.scores import PromptScore, interval, summarise
 from eagle3kit.tables import markdown_table
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "recipe.json"
@@ -46,6 +47,7 @@ class LabRow:
     epochs: float
     tau: dict[str, Tau]
     train_measured: float = float("nan")  # the training's wall minutes as measured (more when the machine was busy)
+    per_prompt: dict = field(default_factory=dict, compare=False)  # set -> {prompt id: τ}, for paired differences
 
     @property
     def minutes(self) -> float:
@@ -53,14 +55,27 @@ class LabRow:
 
     @classmethod
     def from_result(cls, r: dict) -> LabRow:
-        taus = {}
+        taus, per_prompt = {}, {}
         for name, records in r["records"].items():
-            row = summarise([PromptScore(x["id"], x["category"], x["rounds"], x["accepted"]) for x in records])
-            overall = row.iloc[-1]
+            scored = [PromptScore(x["id"], x["category"], x["rounds"], x["accepted"]) for x in records]
+            overall = summarise(scored).iloc[-1]
             taus[name] = Tau(float(overall["tau"]), float(overall["low"]), float(overall["high"]))
+            per_prompt[name] = {x.id: x.tau for x in scored if x.rounds}
         minutes = r["minutes"]  # training: the steps at the calibrated seconds a step (what the budget counts)
         return cls(r["name"], r["lever"], r["what"], minutes["data"], minutes.get("train_planned", minutes["train"]),
-                   r["steps"], r["epochs"], taus, minutes["train"])
+                   r["steps"], r["epochs"], taus, minutes["train"], per_prompt)
+
+
+def paired_gain(row: LabRow, ref: LabRow, on: str) -> Tau | None:
+    """Mean τ(row) - τ(ref) over the prompts both scored, with a 95 % interval from bootstrapping those prompts (the
+    same prompts for both recipes, so the difference is measured tighter than either τ)."""
+    a, b = row.per_prompt.get(on, {}), ref.per_prompt.get(on, {})
+    both = sorted(set(a) & set(b))
+    if len(both) < 2:
+        return None
+    diffs = np.array([a[i] - b[i] for i in both])
+    low, high = interval(diffs)
+    return Tau(float(diffs.mean()), low, high)
 
 
 def row_line(row: LabRow) -> str:
@@ -79,7 +94,9 @@ def table(rows: list[LabRow], reference: str = REFERENCE) -> pd.DataFrame:
         for s in SETS:
             if s in r.tau:
                 line[f"τ {s}"] = str(r.tau[s])
-                line[f"Δ {s}"] = round(r.tau[s].mean - ref.tau[s].mean, 3) if ref and s in ref.tau else None
+                gain = paired_gain(r, ref, s) if ref is not None and r is not ref else None
+                line[f"Δ {s} [95% CI, paired]"] = f"{gain.mean:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}]" if gain \
+                    else ""
         out.append(line)
     return pd.DataFrame(out)
 
