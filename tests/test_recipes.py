@@ -56,7 +56,7 @@ def test_the_demo_preset_is_the_recipe_the_lab_chose():
     """Change the demo's recipe and this fails until bench/recipe.py has measured it (its frontier's recipe)."""
     chosen = RAW["context"].get("demo")
     assert chosen, "recipe.json names no demo recipe (bench/recipe.py --demo NAME)"
-    data, train = presets.parameters("demo", "04"), presets.parameters("demo", "05")
+    data, train = ({**presets.typed_defaults(), **presets.parameters("demo", nn)} for nn in ("04", "05"))  # as run
     for key, value in chosen["data"].items():
         assert data[key] == value, key
     for key, value in chosen["train"].items():

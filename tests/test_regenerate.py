@@ -108,6 +108,9 @@ def test_cli_regenerate(tiny_verifier, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert '"n_conversations"' in printed and "eagle3kit data --source" in printed
     assert len(conv.read_jsonl(out)) >= 1
+    assert '"engine": "transformers"' in printed  # auto: vLLM's CPU build does not serve the tiny verifier
+    assert main(["regenerate", "--verifier", "tiny", "--out", str(out), "--engine", "vllm"]) == 2
+    assert "engine='vllm' cannot write these replies" in capsys.readouterr().err
 
 
 def test_auto_falls_back_to_transformers_and_says_why(tiny_verifier, smollm2, tmp_path, monkeypatch, capsys):

@@ -24,6 +24,11 @@ def regenerate_options(p: argparse.ArgumentParser) -> None:
         "batch_size": "replies decoded together (rows leave as they finish, waiting prompts join)",
         "device": "auto | cpu | cuda",
     }, flags={"out_path": "--out"})
+    from eagle3kit.data.regenerate import ENGINES
+
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="what writes the replies: vLLM's CPU build, served (auto: when `make vllm` installed it and it "
+                        "serves this verifier on a CPU; about 3x faster here) or transformers' batched loop")
 
 
 def cmd_regenerate(args: argparse.Namespace) -> int:
