@@ -2,8 +2,8 @@
 equal budget of data + training minutes on this machine, and is scored on MT-bench's 80 first turns and on 64
 held-out ShareGPT prompts, each with a 95 % interval.
 
-    .venv/bin/python bench/recipe.py [--budget 5] [--only NAME,NAME] [--frontier 3,5,8,12 --best NAME+NAME [--scale-data]]
-        [--work DIR] [--out bench/results/recipe.json]
+    .venv/bin/python bench/recipe.py [--budget 5] [--only NAME,NAME]
+        [--frontier 3,5,8,12 --best NAME+NAME [--scale-data]] [--work DIR] [--out bench/results/recipe.json]
 
 Budget: a recipe's data minutes (regeneration, engine start included, and hidden states, measured once per data
 recipe and reused by every recipe on the same data) plus its training minutes; the training steps fill what the
@@ -110,6 +110,8 @@ RECIPES = [
     Recipe("last-layer-245", "EAGLE-3 ablation: fused features", "one aux layer, at base's 245 steps (equal training, "
            "not equal minutes)", Data(aux_layer_ids=(29,)), steps=245),
     Recipe("no-ttt", "EAGLE-3 ablation: training-time test", "trained with 1 TTT step (served at k = 3)",
+           ttt_steps=1),
+    Recipe("no-ttt-lr-1e-3", "combined", "1 TTT step and lr 1e-3 (the two best single levers)", train=(("lr", 1e-3),),
            ttt_steps=1),
     Recipe("loss-ce", "loss", "cross-entropy on the verifier's top token (speculators' `ce`), not KL",
            train=(("loss_fn", "ce"),)),

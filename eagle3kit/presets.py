@@ -48,9 +48,9 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "rehearse_ranks": 2, "rehearse_steps": 3},
         # demo training budget, shared with 06 (which resumes this session): 120 steps here + 120 in 06 = the 240-step
         # LR schedule, 1024 tokens a step, bf16 autocast where the CPU has it ("native"; ~0.75 s a step on a 2-core
-        # AVX512-BF16 EPYC, ~1.4x float32), from the verifier's last layer (eagle3kit.draft.warm_start). lr 1e-3: the
-        # lab's one lever with a paired gain at 5 minutes (bench/results/recipe.md).
-        "demo": {"lr": 1e-3, "max_steps": 240, "warm_start_layer": -1, "hidden_states_dtype": "native",
+        # AVX512-BF16 EPYC, ~1.4x float32), from the verifier's last layer (eagle3kit.draft.warm_start), at TrainSettings'
+        # lr 1e-3: the lab's one lever with a paired gain at 5 minutes (bench/results/recipe.md).
+        "demo": {"max_steps": 240, "warm_start_layer": -1, "hidden_states_dtype": "native",
                  "first_steps": 3, "run_steps": 117, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                  "rehearse_ranks": 2, "rehearse_steps": 8},
     },
@@ -58,7 +58,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_prompts": 2, "max_new_tokens": 24,
                "max_prompt_tokens": 64, "k": 0, "vllm_check": False},
         # demo: `make demo` installs vLLM's CPU build first (`make vllm`), so the export is checked in real vLLM
-        "demo": {"resume_from_05": True, "train_steps": 120, "lr": 1e-3, "n_prompts": 16, "n_decode_prompts": 4,
+        "demo": {"resume_from_05": True, "train_steps": 120, "n_prompts": 16, "n_decode_prompts": 4,
                  "max_new_tokens": 64,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
     },

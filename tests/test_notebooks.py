@@ -73,7 +73,8 @@ def test_the_runner_passes_typed_defaults_then_preset_then_overrides(tmp_path):
     assert first["ttt_steps"] == DraftSpec().ttt_steps and first["verifier"] == DraftSpec().verifier
     assert first["seed"] == 3 and first["workdir"] == str(tmp_path) and "lr" not in first  # 01 declares no lr
     fifth = notebook_parameters(next(p for p in NOTEBOOKS if p.name.startswith("05")), "demo", {}, tmp_path)
-    assert fifth["lr"] == presets.NOTEBOOKS["05"]["demo"]["lr"] != TrainSettings().lr
+    assert fifth["max_steps"] == presets.NOTEBOOKS["05"]["demo"]["max_steps"] != TrainSettings().max_steps
+    assert fifth["lr"] == TrainSettings().lr  # the preset leaves it to the typed default
     assert fifth["total_seq_len"] == TrainSettings().total_seq_len
 
 
