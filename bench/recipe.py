@@ -323,7 +323,8 @@ def main() -> int:
                     "(n x budget / --budget), so data and training keep their shares; otherwise only the steps grow")
     ap.add_argument("--work", default=str(Path.home() / ".cache" / "eagle3kit" / "recipe-lab"))
     ap.add_argument("--out", default=str(recipes.RESULTS))
-    ap.add_argument("--demo", default="", help="the recipe the demo preset adopts (a name or NAME+NAME), recorded in "
+    ap.add_argument("--demo", default="", help="the recipe the demo preset adopts (a name, NAME+NAME, or NAME@MINUTES: "
+                    "a --scale-data frontier point), recorded in "
                     "the results' context in the presets' words (tests/test_recipes.py holds the preset to it)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -344,7 +345,7 @@ def main() -> int:
         best = combine(args.best or "base")
         frontier = [lab.run(scaled(best, float(b) / args.budget) if args.scale_data else best, float(b))
                     for b in args.frontier.split(",")]
-    extra = {"demo": preset_view(combine(args.demo))} if args.demo else {}
+    extra = {"demo": demo_view(args.demo, args.budget, rows + frontier)} if args.demo else {}
     recipes.write_lab(args.out, rows, frontier, budget=args.budget, machine=machine(), **extra,
                       regeneration=regeneration_summary())
     print(f"written to {args.out} and {Path(args.out).with_suffix('.md')}")
@@ -372,6 +373,21 @@ def scaled(r: Recipe, factor: float) -> Recipe:
     n = round(r.data.n_conversations * factor)
     return dataclasses.replace(r, name=f"{r.name}*{n}", what=f"{r.what}; {n} conversations",
                                data=dataclasses.replace(r.data, n_conversations=n))
+
+
+def demo_view(demo: str, budget: float, results: list[dict]) -> dict:
+    """The demo's recipe (``NAME`` or ``NAME@MINUTES``, the latter a --scale-data frontier point) in the presets'
+    words, with the steps the lab trained it (``max_steps``) when it ran."""
+    name, _, at = demo.partition("@")
+    r = combine(name)
+    if at:
+        r = scaled(r, float(at) / budget)
+    view = preset_view(r)
+    ran = [x for x in results if x["name"] == r.name and (not at or x["budget"] == float(at))]
+    if ran:
+        view["train"]["max_steps"] = ran[0]["steps"]
+        view["minutes"] = ran[0]["budget"]
+    return view
 
 
 def preset_view(r: Recipe) -> dict:

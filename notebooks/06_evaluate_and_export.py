@@ -51,6 +51,7 @@ k = 0                       # draft tokens per round; 0: the draft's ttt_steps
 vllm_check = False          # serve the export in vLLM's CPU build (installed once by `make vllm`) and compare
 bench = "mt-bench"          # a named benchmark scored beside the held-out prompts ("": none); see docs/scoring.md
 n_bench_prompts = 0         # of its prompts, how many (the categories in turn); 0: all
+bench_simulated = True      # also simulate τ on them (~0.5 s a prompt); False: vLLM's counters alone (needs vllm_check)
 plan_verifier = "llama-3.1-8b"  # the planned GPU run whose speedup is predicted at the end
 plan_gpu = "H100-80GB"      # a name of eagle3kit.plan.GPUS
 serve_batch = 1             # sequences vLLM decodes together on that GPU
@@ -128,7 +129,9 @@ print("greedy:", repr(tokenizer.decode(conts[0])[:300]))
 
 # %%
 sim = {"untrained": ev.simulate(verifier_model, untrained, prompts, conts, k)}
-real = {"untrained": ev.decode(verifier_model, untrained, prompts[:2], conts[:2], k, tokenizer.eos_token_id)}
+n_decode = n_decode_prompts or len(prompts)
+real = {"untrained": ev.decode(verifier_model, untrained, prompts[:min(2, n_decode)], conts[:min(2, n_decode)], k,
+                               tokenizer.eos_token_id)}
 ev.summary_table(sim, real)
 
 # %% [markdown]
@@ -159,7 +162,6 @@ plot_metrics(session.history)
 # %%
 held_parts = ev.simulate_each(verifier_model, session.model, prompts, conts, k)
 sim["trained"] = ev.merge(held_parts)
-n_decode = n_decode_prompts or len(prompts)
 real["trained"] = ev.decode(verifier_model, session.model, prompts[:n_decode], conts[:n_decode], k,
                             tokenizer.eos_token_id, baseline=True)
 table = ev.summary_table(sim, real)
@@ -235,13 +237,13 @@ print("\n".join(gate.lines()))
 named = None
 if bench:
     named = report.score_named(verifier_model, tokenizer, session.model, bench_prompts, max_new_tokens, k,
-                               gate.groups.get(bench))
+                               gate.groups.get(bench), simulate=bench_simulated)
     print(f"{bench}: {len(bench_prompts)} prompts, k = {k}, temperature 0, at most {max_new_tokens} new tokens; "
           f"continuations by {named.continuations_from}")
     display(named.display())
     display(named.plot())
     held_records = scores.from_simulation(benchmarks.held_out_set(held_out, len(prompts)), held_parts)
-    print(report.stability_line(named, held_records))
+    print(report.stability_line(named, held_records, "simulated" if bench_simulated else "vLLM"))
     print("\n".join(named.orderings()) or "(the set has no code / math / writing / roleplay categories to compare)")
 else:
     print("skipped: bench = \"\"")

@@ -157,3 +157,11 @@ def test_doctor_why_tau_measures_on_a_named_set_per_category(trained_tiny_draft,
     assert all(c in out for c in EXPECTED["mt-bench"][1]) and "overall" in out
     assert main(["doctor", "--draft", str(trained_tiny_draft), "--bench", "mt-bench"]) == 2
     assert "add --why-tau" in capsys.readouterr().err
+
+
+def test_vllm_alone_needs_vllm():
+    """Notebook 06 may keep vLLM's per-request τ alone (bench_simulated=False); without vLLM nothing would score."""
+    from eagle3kit.evaluate import report
+
+    with pytest.raises(ValueError, match="needs vLLM's per-request counters"):
+        report.score_named(None, None, None, benchmarks.load_set("mt-bench", 2), 8, 3, None, simulate=False)

@@ -98,6 +98,8 @@ def test_all_notebooks_run_with_the_ci_preset(ci_run):
         print(f"{r.notebook}: {r.seconds:.1f}s {r.summary or ''}")
     made = results[-1].summary["minutes_to_make"]  # 06 placed the run on the τ-vs-budget curve: data + training time
     assert 0 < made < sum(r.seconds for r in results) / 60
+    per_category = results[-1].summary["mt-bench_sim_categories"]  # the ci preset: one MT-bench prompt a category
+    assert len(per_category) == 8 + 1 and all(t >= 1 for t in per_category.values())  # + overall
     assert all((out / p.name).exists() for p in NOTEBOOKS)
 
 
