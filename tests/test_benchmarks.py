@@ -5,6 +5,7 @@ recomputed from the per-prompt records."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -165,3 +166,13 @@ def test_vllm_alone_needs_vllm():
 
     with pytest.raises(ValueError, match="needs vLLM's per-request counters"):
         report.score_named(None, None, None, benchmarks.load_set("mt-bench", 2), 8, 3, None, simulate=False)
+
+
+def test_halves_of_a_set_with_one_prompt_a_category():
+    """The ci preset scores one MT-bench prompt a category: the halves take the categories' leftovers together."""
+    one_each = [scores.PromptScore(f"mt-bench/{i}", f"c{i}", 10, i) for i in range(8)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        split = scores.half_split(one_each)
+        assert split["prompts"] == 8 and 0 < split["median"] <= split["p95"] <= 1.0
+        assert np.isnan(scores.half_split(one_each[:1])["median"])  # one prompt: no halves, no warning

@@ -73,5 +73,9 @@ def test_strongest_lever_is_named_only_below_the_break_even():
     assert "loss (a loss)" in line and "+0.300" in line and "not a forecast" in line
     assert recipes.strongest_lever([recipes.LabRow.from_result(better)]) is None  # no base row: nothing to compare
     if RAW is not None:
-        assert lever_lines(1.3, 1.61) and "below the 1.61" in lever_lines(1.3, 1.61)[0]
+        lines = lever_lines(1.3, 1.61)
+        assert lines and "below the 1.61" in lines[0]
+        if RAW["frontier"]:  # the frontier's τ, each one the mean of its records
+            rows = [recipes.LabRow.from_result(r) for r in RAW["frontier"]]
+            assert all(f"{r.tau['held-out'].mean:.3f}" in lines[-1] for r in rows) and "CPU minutes" in lines[-1]
     assert lever_lines(1.7, 1.61) == []  # a draft that pays is not told to change its recipe

@@ -128,16 +128,17 @@ def speed_line(plan: speedup.SpeedPlan) -> str:
 def lever_lines(tau: float, break_even: float) -> list[str]:
     """Below the τ at which the draft pays: the lever the recipe lab measured strongest (bench/results/recipe.json),
     with its effect; nothing when the draft pays or no lab result is there."""
-    from eagle3kit.evaluate.recipes import read_lab, strongest_lever
+    from eagle3kit.evaluate.recipes import frontier_line, read_lab, strongest_lever
 
     if tau >= break_even:
         return []
     try:
-        rows, _frontier, _context = read_lab()
+        rows, frontier, _context = read_lab()
     except FileNotFoundError:
         return []
     line = strongest_lever(rows)
-    return [f"τ {tau:.2f} is below the {break_even:.2f} at which this draft pays. {line}"] if line else []
+    lines = [f"τ {tau:.2f} is below the {break_even:.2f} at which this draft pays. {line}"] if line else []
+    return lines + [scale] if (scale := frontier_line(frontier)) else lines
 
 
 def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None = None,

@@ -130,6 +130,17 @@ def read_lab(path: str | os.PathLike = RESULTS) -> tuple[list[LabRow], list[LabR
             raw.get("context", {}))
 
 
+def frontier_line(frontier: list[LabRow], on: str = "held-out") -> str | None:
+    """One sentence: τ of the lab's best recipe against the CPU minutes spent on it (its data growing with them)."""
+    points = sorted((r for r in frontier if on in r.tau), key=lambda r: r.minutes)
+    if len(points) < 2:
+        return None
+    taus = " / ".join(f"{r.tau[on].mean:.3f}" for r in points)
+    minutes = " / ".join(f"{round(r.minutes, 1):g}" for r in points)
+    return (f"More minutes, data and steps growing together, bought more than any one lever: the lab's best recipe "
+            f"reached τ on {on} {taus} at {minutes} CPU minutes (bench/results/recipe.md).")
+
+
 def strongest_lever(rows: list[LabRow], on: str = "held-out", base: str = "base") -> str | None:
     """One sentence: the lever whose recipe gained most τ over ``base`` at the same budget, with its measured effect
     (and the interval it sits in), or None without a base row."""
@@ -142,7 +153,7 @@ def strongest_lever(rows: list[LabRow], on: str = "held-out", base: str = "base"
     top = max(peers, key=lambda r: r.tau[on].mean)
     gain = top.tau[on].mean - ref.tau[on].mean
     return (f"The recipe lab's strongest lever at {ref.minutes:.0f} CPU minutes was {top.lever} ({top.what}): τ on "
-            f"{on} {top.tau[on]} against {ref.tau[on].mean:.3f} for the same budget spent as the demo spends it "
+            f"{on} {top.tau[on]} against {ref.tau[on].mean:.3f} for the lab's base recipe at the same budget "
             f"({gain:+.3f}; bench/results/recipe.md). Measured on the demo verifier at CPU scale, not a forecast "
             "for a GPU run.")
 

@@ -106,23 +106,30 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
 
 def half_split(records: list[PromptScore], splits: int = 1000, seed: int = 0) -> dict[str, float]:
     """How far the set's τ moves between two halves of its prompts: over random halvings (each category split in
-    two), the median and the 95th percentile of |τ(half A) - τ(half B)|."""
+    two, the prompts a category leaves over split together), the median and the 95th percentile of
+    |τ(half A) - τ(half B)|. Fewer than two scored prompts: no halves (nan)."""
     rng = np.random.default_rng(seed)
     by_category: dict[str, list[float]] = {}
     for r in records:
         if r.rounds:
             by_category.setdefault(r.category, []).append(r.tau)
+    n = sum(map(len, by_category.values()))
+    if n < 2:
+        return {"prompts": n, "median": float("nan"), "p95": float("nan")}
     gaps = []
     for _ in range(splits):
-        a, b = [], []
+        a, b, left = [], [], []
         for taus in by_category.values():
             order = rng.permutation(len(taus))
             half = len(taus) // 2
             a += [taus[i] for i in order[:half]]
             b += [taus[i] for i in order[half:2 * half]]
+            left += [taus[i] for i in order[2 * half:]]
+        order = rng.permutation(len(left))
+        a += [left[i] for i in order[:len(left) // 2]]
+        b += [left[i] for i in order[len(left) // 2:2 * (len(left) // 2)]]
         gaps.append(abs(np.mean(a) - np.mean(b)))
-    return {"prompts": sum(map(len, by_category.values())), "median": float(np.median(gaps)),
-            "p95": float(np.percentile(gaps, 95))}
+    return {"prompts": n, "median": float(np.median(gaps)), "p95": float(np.percentile(gaps, 95))}
 
 
 def plot_scores(table: pd.DataFrame, title: str = "τ per category") -> Figure:
