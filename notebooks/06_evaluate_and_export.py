@@ -314,7 +314,7 @@ try:
 except FileNotFoundError as exc:
     print(exc)
 else:
-    print(recipes.strongest_lever(lab_rows) or "")
+    print("\n".join(filter(None, [recipes.strongest_lever(lab_rows), recipes.frontier_line(frontier)])))
     if frontier:
         display(recipes.plot_frontier(frontier, here=(run_minutes, sim["trained"].tau), bar=there.break_even))
 
