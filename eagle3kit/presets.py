@@ -36,7 +36,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
                "dtype": "float32", "regenerate_tokens": 16, "regenerate_engine": "transformers"},
         # demo: the recipe lab's best point that fits the demo's 10 minutes (bench/recipe.py --frontier,
-        # bench/results/recipe.md): 2.5 CPU minutes of data + training, the other 7 being the notebooks' own work
+        # bench/results/recipe.md): 2.5 CPU minutes of data + training, the other ~6.5 being the notebooks' own work
         # (vLLM's check of 96 prompts, the rehearsal, the overfit check, imports). The verifier writes 128 replies of
         # <= 96 tokens to user turns cut to 128 tokens (vLLM's CPU build where `make vllm` installed it, ~3x
         # transformers here), a 2048-token draft vocab, hidden states in bf16 where the CPU has it ("native"). The

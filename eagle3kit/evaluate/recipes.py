@@ -137,8 +137,8 @@ def frontier_line(frontier: list[LabRow], on: str = "held-out") -> str | None:
         return None
     taus = " / ".join(f"{r.tau[on].mean:.3f}" for r in points)
     minutes = " / ".join(f"{round(r.minutes, 1):g}" for r in points)
-    return (f"More minutes, data and steps growing together, bought more than any one lever: the lab's best recipe "
-            f"reached τ on {on} {taus} at {minutes} CPU minutes (bench/results/recipe.md).")
+    return (f"The lab's best recipe, its data and steps growing with the budget, reached τ on {on} {taus} at "
+            f"{minutes} CPU minutes (bench/results/recipe.md).")
 
 
 def strongest_lever(rows: list[LabRow], on: str = "held-out", base: str = "base") -> str | None:
