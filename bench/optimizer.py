@@ -40,9 +40,7 @@ def held_out_metrics(session: TrainSession) -> dict[str, float]:
         for batch in loader:
             batch = {k: v.to(session.device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
             with session.autocast():  # the precision the session trains in
-                _, _, metrics = session.model(**batch, ttt_steps=session.ttt_steps,
-                                              ttt_step_loss_decay=s.ttt_step_loss_decay,
-                                              loss_config=session.loss_config)
+                _, metrics = session.forward(session.model, batch, **session.forward_kwargs)
             for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
     session.model.train()

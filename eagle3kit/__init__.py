@@ -14,6 +14,7 @@ The stages, in the notebooks' order (docs/layout.md also draws the layers their 
 What the stages share, below them all:
 
 ``verifier``    the verifier every stage measures against: resolved (smollm2, tiny, presets, HF dirs, hub ids), loaded
+``attention``   ``block_sparse_cpu``: training attention at the BlockMask's sparsity on a CPU (forward and backward)
 ``errors``      :class:`UserError`, the mistake a user can fix (one line, exit 2)
 ``atomic``      atomic writes: a file or folder appears complete or not at all
 ``logs``        the one place that quiets library output

@@ -86,16 +86,17 @@ def test_bfloat16_on_cpu_autocasts(tiny_data):
     assert all(p.dtype == torch.float32 for p in s.model.parameters())
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_step_equals_plain_speculators_loop(tiny_data, optimizer):
-    """Two TrainSession steps == the plain loop written against speculators' forward (same batches, seed, and
-    speculators' optimizer: AdamW, or Muon on the 2D weights + AdamW on the rest)."""
-    s = session(tiny_data, lr=1e-3, warmup_steps=0, seed=0, optimizer=optimizer)
+@pytest.mark.parametrize(("optimizer", "attention"), [("adamw", "speculators"), ("muon", "speculators"),
+                                                      ("muon", "block_sparse_cpu")])
+def test_step_equals_plain_speculators_loop(tiny_data, optimizer, attention):
+    """Two TrainSession steps == the plain loop (same batches, seed, forward, and speculators' optimizer: AdamW, or
+    Muon on the 2D weights + AdamW on the rest): both call the one train_step."""
+    s = session(tiny_data, lr=1e-3, warmup_steps=0, seed=0, optimizer=optimizer, attention=attention)
     kinds = [type(o).__name__ for o in s.optimizers]
     assert kinds == (["AdamW"] if optimizer == "adamw" else ["Muon", "AdamW"])
     records = [s.step(), s.step()]
 
-    loop = PlainLoop(build_config(spec()), tiny_data, s.settings, s.total_steps)
+    loop = PlainLoop(build_config(spec()), tiny_data, s.settings, s.total_steps, attention=attention)
     init_fc = loop.model.fc.weight.detach().clone()
     loader = make_loader(tiny_data, SEQ, torch.float32, train_ratio=0.9, seed=0)
     for record, batch in zip(records, loader, strict=False):

@@ -2,7 +2,8 @@
 
 ``session``     :class:`TrainSession`: ``step()`` / ``run(n)`` over speculators' model, losses and batches
 ``settings``    :class:`TrainSettings`: what defines a run besides the draft and the data, resolved for a device
-``loop``        the plain training loop ``TrainSession.step`` wraps, written against speculators
+``forward``     the training forward: block-sparse on a CPU (same loss and gradients), or speculators' own
+``loop``        the one optimizer step (``train_step``) the session and the plain parity loop both call
 ``batches``     the packed batches at an exact, resumable position
 ``checkpoint``  save / resume (weights, optimizer, scheduler, RNG, data position)
 ``plots``       training curves per TTT step, the next batch

@@ -1,9 +1,11 @@
-"""The plain training loop that :meth:`TrainSession.step` wraps, written directly against speculators.
+"""The one training step (:func:`train_step`), and the plain loop over it that is the parity reference.
 
-It is the reference: the parity test checks that ``TrainSession`` steps equal it bit for bit, and
-``bench/train.py`` times the session against it. It is also the one home of the optimizer(s) and LR schedule as
-speculators' ``Trainer`` builds them (``build_optimizers``: AdamW, or Muon on the 2D weights + AdamW on the rest;
-one warmup schedule per optimizer), which the session uses too::
+:func:`train_step` is one iteration of speculators' ``Trainer.train_epoch``: zero the gradients, forward and
+backward on each rank's batch (gradients averaged as DDP does), ``clip_grad_norm_(1.0)``, the optimizer(s), the
+schedule. :meth:`TrainSession.step` and :class:`PlainLoop` both call it, with either forward of
+:mod:`eagle3kit.train.forward`. This module is also the one home of the optimizer(s) and LR schedule as speculators'
+``Trainer`` builds them (``build_optimizers``: AdamW, or Muon on the 2D weights + AdamW on the rest; one warmup
+schedule per optimizer)::
 
     loop = PlainLoop(build, data_dir, settings, total_steps)
     for batch in make_loader(data_dir, settings.total_seq_len, train_ratio=0.9, seed=settings.seed):
@@ -12,6 +14,7 @@ one warmup schedule per optimizer), which the session uses too::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import typing
 from typing import Any
@@ -26,6 +29,7 @@ from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 from eagle3kit.device import warn_if_bf16_emulated
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.errors import UserError
+from eagle3kit.train.forward import SPECULATORS, Forward, forward_for
 
 OPTIMIZERS: tuple[str, ...] = typing.get_args(OptimizerArgs.model_fields["optimizer"].annotation)  # adamw, muon
 
@@ -65,29 +69,60 @@ def make_schedulers(optimizers: list[torch.optim.Optimizer], settings: Any,
     raise UserError(f"scheduler_type={kind!r}: use 'linear', 'cosine' or 'none' (as speculators).")
 
 
-class PlainLoop:
-    """speculators' draft, its optimizer(s), the warmup schedule and gradient clipping at 1.0, one batch a step."""
+class NonFiniteStep(ArithmeticError):
+    """The loss or the gradient norm was not finite: the gradients were cleared and no weight moved."""
 
-    def __init__(self, build: DraftBuild, data_dir: str | os.PathLike, settings: Any, total_steps: int):
+    def __init__(self, what: str):
+        super().__init__(f"non-finite {what}")
+        self.what = what
+
+
+def train_step(model: torch.nn.Module, optimizers: list, schedulers: list, batches: list[dict[str, torch.Tensor]],
+               forward: Forward, forward_kwargs: dict[str, Any], autocast=contextlib.nullcontext
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """One optimizer step over one batch per data-parallel rank: (mean loss, metrics summed over ranks, grad norm).
+
+    Raises :class:`NonFiniteStep` (gradients cleared, weights and schedule untouched) on a non-finite loss or
+    gradient norm."""
+    for optimizer in optimizers:
+        optimizer.zero_grad()
+    total_loss, summed = 0.0, {}
+    for batch in batches:
+        with autocast():
+            loss, metrics = forward(model, batch, **forward_kwargs)
+        (loss / len(batches) if len(batches) > 1 else loss).backward()
+        total_loss = total_loss + loss.detach() / len(batches)
+        summed = {k: summed[k] + v.detach() if k in summed else v.detach() for k, v in metrics.items()}
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if not (torch.isfinite(total_loss) and torch.isfinite(grad_norm)):
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        raise NonFiniteStep("loss" if not torch.isfinite(total_loss) else "gradient")
+    for optimizer in optimizers:
+        optimizer.step()
+    for scheduler in schedulers:
+        scheduler.step()
+    return total_loss, summed, grad_norm
+
+
+class PlainLoop:
+    """speculators' draft, its optimizer(s), the warmup schedule and gradient clipping at 1.0, one batch a step,
+    through :func:`train_step` with speculators' own forward (``attention``: :mod:`eagle3kit.train.forward`)."""
+
+    def __init__(self, build: DraftBuild, data_dir: str | os.PathLike, settings: Any, total_steps: int,
+                 attention: str = SPECULATORS):
         torch.manual_seed(settings.seed)  # the same seed gives the same initial draft as the session's
         self.model = build_for_data(build, data_dir, settings.warm_start_layer).train()
         self.optimizers = make_optimizers(self.model, settings)
         self.schedulers = make_schedulers(self.optimizers, settings, total_steps)
-        self.loss_config = resolve_loss_config(settings.loss_fn, settings.loss_implementation)
-        self.ttt_steps = draft_ttt_steps(build.config)
-        self.ttt_step_loss_decay = settings.ttt_step_loss_decay
+        self.forward = forward_for(attention)
+        self.forward_kwargs = {"ttt_steps": draft_ttt_steps(build.config),
+                               "ttt_step_loss_decay": settings.ttt_step_loss_decay,
+                               "loss_config": resolve_loss_config(settings.loss_fn, settings.loss_implementation)}
 
     def step(self, batch: dict) -> float:
         """One optimizer step on a collated batch; returns the loss."""
         batch = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
-        _, loss, _ = self.model(**batch, ttt_steps=self.ttt_steps, ttt_step_loss_decay=self.ttt_step_loss_decay,
-                                loss_config=self.loss_config)
-        for optimizer in self.optimizers:
-            optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        for optimizer in self.optimizers:
-            optimizer.step()
-        for scheduler in self.schedulers:
-            scheduler.step()
+        loss, _, _ = train_step(self.model, self.optimizers, self.schedulers, [batch], self.forward,
+                                self.forward_kwargs)
         return loss.item()

@@ -32,7 +32,8 @@ from eagle3kit.draft.model import save_draft
 from eagle3kit.errors import UserError
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
-from eagle3kit.train.loop import make_optimizers, make_schedulers, optimizer_args
+from eagle3kit.train.forward import ATTENTION_PATHS, forward_for, resolve_path
+from eagle3kit.train.loop import NonFiniteStep, make_optimizers, make_schedulers, optimizer_args, train_step
 from eagle3kit.train.settings import TrainSettings
 
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
@@ -77,6 +78,10 @@ class TrainSession:
             )
         self.settings = TrainSettings(**settings).resolved(self.device)
         s = self.settings
+        if s.attention not in ATTENTION_PATHS:
+            raise UserError(f"attention={s.attention!r}: use one of {ATTENTION_PATHS} (`--attention speculators` "
+                            "keeps speculators' own dense forward).")
+        self.attention = resolve_path(s.attention, self.device, self.build.attention.implementation)
         optimizer_args(s)  # an unknown optimizer is refused before anything is built
         validate.check_all(dataclasses.asdict(s))
         self.progress = progress
@@ -84,7 +89,9 @@ class TrainSession:
         self.ttt_steps = draft_ttt_steps(self.build.config)
         self.batches = Batches(self.data_dir, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype,
                                s.ranks)
-        self.loss_config = resolve_loss_config(s.loss_fn, s.loss_implementation)
+        self.forward = forward_for(self.attention)
+        self.forward_kwargs = {"ttt_steps": self.ttt_steps, "ttt_step_loss_decay": s.ttt_step_loss_decay,
+                               "loss_config": resolve_loss_config(s.loss_fn, s.loss_implementation)}
         torch.manual_seed(s.seed)
         self.model = build_for_data(self.build, self.data_dir, s.warm_start_layer)
         self.model.train()
@@ -119,23 +126,18 @@ class TrainSession:
             batches = self.batches.peek_ranks()
             t_data = time.perf_counter() - t0
             lr = self.optimizers[-1].param_groups[0]["lr"]  # the AdamW (base) group's LR
-            self._zero_grad()
-            loss, metrics = self._forward_backward(batches)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            stacked = torch.stack([v.float().reshape(()) for v in metrics.values()]).tolist()  # one sync
-            values = dict(zip(metrics, stacked, strict=True))
-            if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
-                self._zero_grad()
+            try:
+                loss, metrics, grad_norm = train_step(self.model, self.optimizers, self.schedulers, batches,
+                                                      self.forward, self.forward_kwargs, self.autocast)
+            except NonFiniteStep as bad:
                 where = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
                 raise TrainingDiverged(
                     f"Step {self.global_step + 1} (epoch {self.batches.epoch}, batch {self.batches.index}) gave a "
-                    f"non-finite {'loss' if not torch.isfinite(loss) else 'gradient'}; the weights were not updated"
-                    f"{where}. Lower lr (now {lr:g}) or check the data (NaN hidden states)."
-                )
-            for optimizer in self.optimizers:
-                optimizer.step()
-            for scheduler in self.schedulers:
-                scheduler.step()
+                    f"{bad}; the weights were not updated{where}. Lower lr (now {lr:g}) or check the data (NaN "
+                    "hidden states)."
+                ) from None
+            stacked = torch.stack([v.float().reshape(()) for v in metrics.values()]).tolist()  # one sync
+            values = dict(zip(metrics, stacked, strict=True))
             seconds = time.perf_counter() - t0
             epoch, index = self.position
             self.batches.advance()
@@ -147,21 +149,6 @@ class TrainSession:
                       "data_seconds": t_data, "tokens_per_s": tokens / seconds, "lr": lr, "grad_norm": float(grad_norm)}
             self.history.append(record)
             return record
-
-    def _forward_backward(self, batches: list[dict[str, Any]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Each rank's forward and backward; gradients averaged over ranks (DDP's mean), metrics summed over ranks
-        (speculators' all-reduce before ``normalize_counted_metrics``). Returns the mean loss and the summed metrics."""
-        total_loss, summed = 0.0, {}
-        for batch in batches:
-            with self.autocast():
-                _, loss, metrics = self.model(
-                    **batch, ttt_steps=self.ttt_steps, ttt_step_loss_decay=self.settings.ttt_step_loss_decay,
-                    loss_config=self.loss_config,
-                )
-            (loss / len(batches) if len(batches) > 1 else loss).backward()
-            total_loss = total_loss + loss.detach() / len(batches)
-            summed = {k: summed[k] + v.detach() if k in summed else v.detach() for k, v in metrics.items()}
-        return total_loss, summed
 
     def run(self, n: int, callback: Callable[[dict], Any] | None = None,
             checkpoint_dir: str | os.PathLike | None = None,
@@ -207,10 +194,6 @@ class TrainSession:
         """The history as a pandas DataFrame (one row per step)."""
         return pd.DataFrame(self.history)
 
-    def _zero_grad(self) -> None:
-        for optimizer in self.optimizers:
-            optimizer.zero_grad()
-
     def autocast(self):
         """The precision the session trains in: bf16 autocast when hidden_states_dtype is bfloat16, else none."""
         if self.dtype != torch.float32:  # as speculators' Trainer does on CUDA; the same on CPU
@@ -226,7 +209,8 @@ class TrainSession:
         it only sets the step-0 weights, and a checkpoint carries its own."""
         spec = {f"draft.{k}": v for k, v in dataclasses.asdict(self.build.spec).items()
                 if k not in ("verifier", "attn_implementation", "training")}
-        settings = {k: v for k, v in dataclasses.asdict(self.settings).items() if k != "warm_start_layer"}
+        settings = {k: v for k, v in dataclasses.asdict(self.settings).items()
+                    if k not in ("warm_start_layer", "attention")}  # a start value; the same loss either path
         return {"data_dir": self._data_path, "data_rows": len(self.batches.dataset),
                 "verifier": self.build.verifier.path, "attention": self.build.attention.implementation,
                 "device": self.device, **spec, **settings}

@@ -35,6 +35,11 @@ class TrainSettings:
     # Data-parallel ranks the run is trained as: each step draws one batch per rank (each rank's sampler) and
     # averages their gradients, as DDP / FSDP do for `torchrun --nproc_per_node=ranks -m speculators.train`.
     ranks: int = 1
+    # The training forward: "auto" -> "block_sparse_cpu" on a CPU when the draft's attention takes a dense mask (sdpa,
+    # eager): attention only where speculators' BlockMask keeps blocks, lm_head and loss only on rows that carry loss
+    # (eagle3kit.train.forward; the same loss and gradients); "speculators": speculators' own forward (its dense sdpa
+    # path on a CPU). Never written into the draft's config.json or the launch YAML.
+    attention: str = "auto"
 
     def resolved(self, device: str) -> TrainSettings:
         cpu = not device.startswith("cuda")

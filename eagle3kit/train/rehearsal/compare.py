@@ -3,7 +3,9 @@ of speculators' trainer against each other (a resumed run against an uninterrupt
 
 The session reads the YAML speculators resolved and saved next to its checkpoints (the rehearsal's overrides
 included) and trains it as ``ranks`` data-parallel ranks: the same seed, draft, batches per rank, optimizer,
-schedule and loss, so the loss per TTT step should match step for step.
+schedule and loss, so the loss per TTT step should match step for step. It trains on speculators' own forward
+(``attention="speculators"``, its dense sdpa path), not the block-sparse one a CPU session takes by default: that
+one computes the same loss in another order of operations, equal to 1e-5, not bit for bit.
 
 Tolerance (:data:`REL`, :data:`ABS`): both run float32 eager kernels on the CPU, the same operations in the same
 order, so they are expected to be bitwise equal. What may differ is the number of threads (torchrun starts each rank
@@ -23,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from eagle3kit.train import handoff
+from eagle3kit.train.forward import SPECULATORS
 from eagle3kit.train.rehearsal.run import Rehearsal
 from eagle3kit.train.session import TrainSession
 
@@ -38,7 +41,8 @@ def session_for(rehearsal: Rehearsal, data_dir: str | os.PathLike | None = None,
 
     config = validate_yaml(rehearsal.resolved_yaml)
     spec = handoff.session_draft(config, device=device)
-    settings = {**handoff.session_settings(config), "ranks": rehearsal.ranks}
+    # speculators' own forward: the same operations as its trainer, so the two are compared bit for bit
+    settings = {**handoff.session_settings(config), "ranks": rehearsal.ranks, "attention": SPECULATORS}
     session = TrainSession(data_dir or config.data.data_path, spec, progress=progress, **settings)
     start = handoff.pretrained_weights(config)
     if start is not None:  # as speculators' from_pretrained: the draft's saved tensors, the verifier's own

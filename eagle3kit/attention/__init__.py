@@ -1,0 +1,6 @@
+"""Attention for training the draft on a CPU at the BlockMask's own sparsity (registered as ``block_sparse_cpu``).
+
+``block_sparse``  the attention function, registered in speculators' ``AttentionInterface``; refuses dense masks
+``plan``          a BlockMask as gather indices: kept key blocks (mask_mod inside partial ones), TTT diagonals
+``block_mask``    speculators' EAGLE-3 BlockMask built without vmap (the same tables as ``create_block_mask``)
+"""
