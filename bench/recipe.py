@@ -139,6 +139,7 @@ class Lab:
         self.tok = load_tokenizer(self.v)
         self.model = load_model(self.v)
         self.eval = self._eval_set()
+        self.states: ev.VerifierStates = {}  # the verifier's hidden states of the scored sequences, computed once
 
     # -------------------------------------------------------------------------------------------- evaluation
     def _eval_set(self) -> dict:
@@ -165,7 +166,7 @@ class Lab:
         for name, s in self.eval.items():
             prompts = [benchmarks.BenchPrompt(p["id"], p["category"], tuple(p["messages"])) for p in s["prompts"]]
             parts = ev.simulate_each(self.model, draft, [torch.tensor([i]) for i in s["ids"]], s["conts"], k,
-                                     progress=False)
+                                     progress=False, states=self.states)
             tables[name] = [dataclasses.asdict(r) for r in scores.from_simulation(prompts, parts)]
         return tables
 

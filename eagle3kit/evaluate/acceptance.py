@@ -92,16 +92,28 @@ def continuations(verifier, prompts: list[torch.Tensor], max_new_tokens: int, eo
     return out
 
 
+VerifierStates = dict  # (sequence ids, aux layer ids) -> the verifier's aux hidden states [1, T, n_aux * H]
+
+
 @torch.no_grad()
-def teacher_forced_draft_tokens(verifier, draft, sequence: torch.Tensor, k: int) -> torch.Tensor:
+def teacher_forced_draft_tokens(verifier, draft, sequence: torch.Tensor, k: int,
+                                states: VerifierStates | None = None) -> torch.Tensor:
     """Draft tokens (verifier ids) of every TTT step for ``sequence`` ([1, T]): a ``[k, T-1]`` tensor.
 
     Row ``i``, column ``j`` is the draft's guess for token ``j+2+i`` (speculators' shifted batch, teacher forcing).
+    ``states`` keeps the verifier's hidden states of each sequence, so that scoring other drafts on the same
+    sequences runs the draft alone (the recipe lab, τ while training).
     """
     device = next(draft.parameters()).device
     sequence = sequence.to(device)
-    out = verifier(input_ids=sequence, output_hidden_states=True)
-    aux = aux_hidden_states(out.hidden_states, list(draft.config.eagle_aux_hidden_state_layer_ids))
+    layers = list(draft.config.eagle_aux_hidden_state_layer_ids)
+    key = (tuple(sequence[0].tolist()), tuple(layers))
+    aux = states.get(key) if states is not None else None
+    if aux is None:
+        out = verifier(input_ids=sequence, output_hidden_states=True)
+        aux = aux_hidden_states(out.hidden_states, layers)
+        if states is not None:
+            states[key] = aux
     t = sequence.shape[1] - 1
     steps = draft(hidden_states=aux[:, :-1], input_ids=sequence[:, 1:],
                   document_ids=torch.zeros(1, t, dtype=torch.long, device=device),
@@ -142,13 +154,14 @@ def merge(parts: list[Acceptance]) -> Acceptance:
 
 
 def simulate_each(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int,
-                  progress: bool = True) -> list[Acceptance]:
-    """Simulated acceptance of each prompt and its greedy continuation (one draft TTT forward per prompt)."""
+                  progress: bool = True, states: VerifierStates | None = None) -> list[Acceptance]:
+    """Simulated acceptance of each prompt and its greedy continuation (one draft TTT forward per prompt; the
+    verifier's forward too, unless ``states`` already holds it)."""
     parts = []
     for prompt, cont in tqdm(list(zip(prompts, conts, strict=True)), desc="simulated acceptance",
                              disable=not progress):
         sequence = prompt[0].tolist() + cont
-        tokens = teacher_forced_draft_tokens(verifier, draft, torch.tensor([sequence]), k)
+        tokens = teacher_forced_draft_tokens(verifier, draft, torch.tensor([sequence]), k, states)
         parts.append(acceptance_of(tokens, sequence, prompt.shape[1], k))
     return parts
 
