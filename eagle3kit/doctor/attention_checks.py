@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from speculators.losses.utils import _FUSED_LOSS_FN_MAP
 
+from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.doctor.findings import Finding
 from eagle3kit.draft.config import registered_attention_implementations
 from eagle3kit.masks.eagle_mask import BLOCK, block_size_problem, round_up_to_block
@@ -20,6 +21,7 @@ CONSUMES = {  # mask kinds each backend handles correctly
     "sdpa": {"bool dense", "float additive"},
     "simple_flex_attention": {"BlockMask"},
     "flex_attention": {"BlockMask", "float additive"},
+    BLOCK_SPARSE: {"BlockMask"},
 }
 SET_ATTN = 'config.transformer_layer_config._attn_implementation = "{impl}"'
 EAGER_LOSS = 'loss_config=speculators.losses.resolve_loss_config("kl_div", "eager")'
@@ -30,6 +32,10 @@ MISMATCH_WHY = {  # why a backend fails on a mask kind it does not consume
     "eager": "eager attention adds the mask to the scores: a bool mask adds 1/0 and blocks nothing",
     "sdpa": "scaled_dot_product_attention needs a Tensor mask (TypeError: 'attn_mask' must be Tensor, not "
             "BlockMask): the bug of a hand-built config that 'sdpa' seemed to fix",
+    BLOCK_SPARSE: f"{BLOCK_SPARSE} is eagle3kit's CPU training attention: it takes the BlockMask eagle3kit's training "
+                  "step builds, and speculators' model builds a BlockMask only for 'simple_flex_attention', so in "
+                  "speculators' trainer, in vLLM or in a decode it refuses the dense mask in the first forward "
+                  "(DenseMaskRefused); TrainSession and `eagle3kit train` use it on a CPU without the config naming it",
 }
 
 

@@ -20,9 +20,11 @@ import torch
 from speculators.losses import resolve_loss_config
 from speculators.models.eagle3 import Eagle3DraftModel
 
+from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.doctor.facts import mask_kind
 from eagle3kit.draft.config import DraftBuild, build_config, with_attention
 from eagle3kit.draft.model import build_model
+from eagle3kit.train.forward import block_sparse_forward
 
 
 def _emit(out, **event) -> None:
@@ -59,14 +61,20 @@ def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: st
     ``note`` is called with the resolved backend and mask kind before the step, so that a crash still reports them.
     """
     backend = cell["backend"]
-    config = with_attention(build.config, None if backend == "unset" else backend)
+    # block_sparse_cpu with gradients: eagle3kit's training step (the draft's config keeps sdpa); without: a config
+    # naming it, run by speculators' own forward, as a decode or speculators' trainer would run it
+    step = backend == BLOCK_SPARSE and cell["grad"]
+    config = with_attention(build.config, "sdpa" if step else None if backend == "unset" else backend)
     torch.manual_seed(seed)
     model = Eagle3DraftModel(config)
     model.load_state_dict(state_dict)
     model.to(device).train(cell["grad"])
-    row["resolved"] = model._attn_impl  # noqa: SLF001
     seq_len = batch["input_ids"].shape[1]
-    row["mask"] = mask_kind(model._build_attn_mask(batch["document_ids"][0], seq_len, device))  # noqa: SLF001
+    if step:
+        row["resolved"], row["mask"] = f"{BLOCK_SPARSE} (eagle3kit's training step)", "BlockMask"
+    else:
+        row["resolved"] = model._attn_impl  # noqa: SLF001
+        row["mask"] = mask_kind(model._build_attn_mask(batch["document_ids"][0], seq_len, device))  # noqa: SLF001
     note(resolved=row["resolved"], mask=row["mask"])
     cuda = device.startswith("cuda")
     if cuda:  # the peak of this cell alone: the model and batch are on the GPU, nothing else of earlier cells
@@ -76,7 +84,11 @@ def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: st
         model.zero_grad(set_to_none=True)
         row["t0"] = time.perf_counter()
         with torch.set_grad_enabled(cell["grad"]):
-            tokens, loss, _metrics = model(**batch, ttt_steps=cell["ttt_steps"], loss_config=loss_config)
+            if step:
+                tokens = None
+                loss, _metrics = block_sparse_forward(model, batch, cell["ttt_steps"], 1.0, loss_config)
+            else:
+                tokens, loss, _metrics = model(**batch, ttt_steps=cell["ttt_steps"], loss_config=loss_config)
             if cell["grad"]:
                 loss.backward()
         if cuda:
@@ -84,7 +96,7 @@ def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: st
         times.append(time.perf_counter() - row.pop("t0"))
         if repeat == 0:
             row["loss"] = float(loss.detach())
-            row["tokens"] = [t[0].tolist() for t in tokens]
+            row["tokens"] = None if tokens is None else [t[0].tolist() for t in tokens]
             if cuda:  # torch.cuda.max_memory_allocated of the first step (weights, batch, step, gradients)
                 row["peak_bytes"] = torch.cuda.max_memory_allocated(device)
     row["seconds"] = sorted(times)[len(times) // 2]  # median

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.doctor.attention_checks import CONSUMES, SET_ATTN
 from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.facts import attention_facts
@@ -16,12 +17,13 @@ from eagle3kit.draft.config import with_attention
 
 
 def recommend(matrix: pd.DataFrame, training: bool = True) -> str | None:
-    """The fastest backend whose cells (with gradients when ``training``) ran and matched eager; None if none did."""
+    """The fastest backend whose cells (with gradients when ``training``) ran and matched eager; None if none did.
+    A training row without draft tokens (eagle3kit's block-sparse step takes no argmax) is matched by its loss."""
     mode = "forward+backward" if training else "forward"
     first_len = matrix.seq_len.iloc[0]
     rows = matrix[(matrix["mode"] == mode) & (matrix.seq_len == first_len) & (matrix.status == "ok")]
-    good = rows[(rows.backend == "eager") | ((rows.max_abs_dloss.fillna(1.0) < 1e-4)
-                                             & (rows.token_agreement.fillna(0.0) >= 0.999))]
+    tokens = rows.token_agreement.fillna(1.0 if training else 0.0) if training else rows.token_agreement.fillna(0.0)
+    good = rows[(rows.backend == "eager") | ((rows.max_abs_dloss.fillna(1.0) < 1e-4) & (tokens >= 0.999))]
     good = good[good.backend != "unset"]
     return None if good.empty else str(good.sort_values("seconds").iloc[0].backend)
 
@@ -88,5 +90,14 @@ def recommendation_lines(recommended: dict[str, str | None], device: str) -> lis
     lines = [] if device.startswith("cuda") else [
         "skipped: no CUDA (the CUDA row is not measured on this machine; the doctor's rule for CUDA is "
         f"{SET_ATTN.format(impl='simple_flex_attention')!r})"]
-    return lines + [f"{what:15s} -> {SET_ATTN.format(impl=impl) if impl else 'no backend ran and matched eager'}"
-                    for what, impl in recommended.items()]
+    return lines + [f"{what:15s} -> {setting_line(impl)}" for what, impl in recommended.items()]
+
+
+def setting_line(impl: str | None) -> str:
+    """The line that sets ``impl``: the draft config's attention, or, for eagle3kit's block-sparse training step,
+    the session's (the config keeps sdpa)."""
+    if impl is None:
+        return "no backend ran and matched eager"
+    if impl == BLOCK_SPARSE:
+        return f'TrainSession(..., attention="{BLOCK_SPARSE}")  # the default on a CPU; the config keeps sdpa'
+    return SET_ATTN.format(impl=impl)

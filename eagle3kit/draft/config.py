@@ -23,6 +23,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from eagle3kit import validate
 from eagle3kit.atomic import atomic_dir
+from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.device import resolve_device
 from eagle3kit.errors import UserError
 from eagle3kit.logs import quiet
@@ -88,6 +89,11 @@ def registered_attention_implementations() -> list[str]:
 
 def resolve_attention(requested: str = "auto", device: str = "cpu", training: bool = True) -> AttentionChoice:
     """Pick the draft's attention implementation for this device, or check an explicit one."""
+    if requested == BLOCK_SPARSE:
+        raise UserError(f"attn_implementation={BLOCK_SPARSE!r} is eagle3kit's CPU training step, not a draft "
+                        "attention: speculators' model (its trainer, vLLM, any decode) would hand it a dense mask; "
+                        "leave the draft's --attn at auto (sdpa on a CPU) and eagle3kit train uses it by itself "
+                        "(--attention).")
     if requested != "auto":
         known = registered_attention_implementations()
         if requested not in known:

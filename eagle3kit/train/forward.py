@@ -35,7 +35,6 @@ from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.attention.rows import DraftRows, rows_to_compute
 
 SPECULATORS = "speculators"  # speculators' own forward with the draft's attn_implementation (dense sdpa on a CPU)
-ATTENTION_PATHS = ("auto", BLOCK_SPARSE, SPECULATORS)
 
 Forward = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 

@@ -32,7 +32,7 @@ from eagle3kit.draft.model import save_draft
 from eagle3kit.errors import UserError
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
-from eagle3kit.train.forward import ATTENTION_PATHS, forward_for, resolve_path
+from eagle3kit.train.forward import forward_for, resolve_path
 from eagle3kit.train.loop import NonFiniteStep, make_optimizers, make_schedulers, optimizer_args, train_step
 from eagle3kit.train.settings import TrainSettings
 
@@ -78,12 +78,9 @@ class TrainSession:
             )
         self.settings = TrainSettings(**settings).resolved(self.device)
         s = self.settings
-        if s.attention not in ATTENTION_PATHS:
-            raise UserError(f"attention={s.attention!r}: use one of {ATTENTION_PATHS} (`--attention speculators` "
-                            "keeps speculators' own dense forward).")
-        self.attention = resolve_path(s.attention, self.device, self.build.attention.implementation)
         optimizer_args(s)  # an unknown optimizer is refused before anything is built
         validate.check_all(dataclasses.asdict(s))
+        self.attention = resolve_path(s.attention, self.device, self.build.attention.implementation)
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = draft_ttt_steps(self.build.config)
@@ -128,7 +125,7 @@ class TrainSession:
             lr = self.optimizers[-1].param_groups[0]["lr"]  # the AdamW (base) group's LR
             try:
                 loss, metrics, grad_norm = train_step(self.model, self.optimizers, self.schedulers, batches,
-                                                      self.forward, self.forward_kwargs, self.autocast)
+                                                      self.forward, self.step_kwargs(), self.autocast)
             except NonFiniteStep as bad:
                 where = f"; the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint else ""
                 raise TrainingDiverged(
@@ -149,6 +146,12 @@ class TrainSession:
                       "data_seconds": t_data, "tokens_per_s": tokens / seconds, "lr": lr, "grad_norm": float(grad_norm)}
             self.history.append(record)
             return record
+
+    def step_kwargs(self) -> dict[str, Any]:
+        """The forward's arguments for the next step: 1 TTT step during the curriculum's first part, if any."""
+        if self.global_step < self.settings.ttt_curriculum * self.total_steps:
+            return {**self.forward_kwargs, "ttt_steps": 1}
+        return self.forward_kwargs
 
     def run(self, n: int, callback: Callable[[dict], Any] | None = None,
             checkpoint_dir: str | os.PathLike | None = None,

@@ -40,6 +40,9 @@ class TrainSettings:
     # (eagle3kit.train.forward; the same loss and gradients); "speculators": speculators' own forward (its dense sdpa
     # path on a CPU). Never written into the draft's config.json or the launch YAML.
     attention: str = "auto"
+    # TTT curriculum: the first fraction of the schedule's steps trains 1 TTT step, the rest the draft's own count
+    # (its config, and so vLLM's k, is unchanged). 0: none. speculators' trainer has no such schedule.
+    ttt_curriculum: float = 0.0
 
     def resolved(self, device: str) -> TrainSettings:
         cpu = not device.startswith("cuda")
