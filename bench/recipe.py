@@ -366,11 +366,20 @@ def main() -> int:
                     "a --scale-data frontier point), recorded in the results' context in the presets' words "
                     "(tests/test_recipes.py holds the preset to it); --full: the same for the full preset")
     ap.add_argument("--full", default="")
+    ap.add_argument("--prepare", action="store_true", help="only make every recipe's data and time a step of every "
+                    "shape (the phases whose minutes the budget counts: run it on a quiet machine), then stop")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     quiet()
     runner = LabRunner(Path(args.work), args.budget)
+    if args.prepare:
+        for r in RECIPES:
+            if not args.only or r.name in args.only.split(","):
+                data_dir, seconds = runner.data(r.data)
+                print(f"{r.name}: data {seconds / 60:.2f} min, a step {runner.seconds_per_step(r, data_dir):.3f} s",
+                      flush=True)
+        return 0
     rows = [x for r in RECIPES if not args.only or r.name in args.only.split(",") if (x := attempt(runner, r))]
     for row in rows:
         print(recipes.LabRow.from_result(row).name, row["steps"], "steps", flush=True)

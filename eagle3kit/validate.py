@@ -88,8 +88,6 @@ RULES: dict[str, Rule] = {
     "scheduler_type": Rule(str, choices=("linear", "cosine", "none")),
     "ttt_step_loss_decay": Rule(float, minimum=0),
     "ttt_curriculum": Rule(float, minimum=0, maximum=1, note="the fraction of steps trained with 1 TTT step first"),
-    "attention": Rule(str, choices=("auto", "block_sparse_cpu", "speculators"),
-                      note="the training forward; speculators: its own dense path"),
     "train_data_ratio": Rule(float, above=0, maximum=1),
     "hidden_states_dtype": Rule(str, choices=("auto", "native", *FLOAT_DTYPES)),
     "checkpoint_every": _at_least(1, none=True),

@@ -33,8 +33,10 @@ from speculators.models.metrics import compute_accuracy_single_step
 from eagle3kit.attention.block_mask import eagle_block_mask
 from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.attention.rows import DraftRows, rows_to_compute
+from eagle3kit.errors import UserError
 
 SPECULATORS = "speculators"  # speculators' own forward with the draft's attn_implementation (dense sdpa on a CPU)
+PATHS = ("auto", BLOCK_SPARSE, SPECULATORS)  # TrainSettings.attention (`plan --attention` is another thing: the GPU's)
 
 Forward = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -227,6 +229,9 @@ def forward_for(path: str) -> Forward:
 def resolve_path(requested: str, device: str, draft_attention: str) -> str:
     """``auto``: the block-sparse path on a CPU when the draft's own attention takes a dense mask (sdpa, eager),
     speculators' forward elsewhere (flex on a GPU skips the empty blocks itself)."""
+    if requested not in PATHS:
+        raise UserError(f"attention={requested!r}: use one of {', '.join(PATHS)} (`--attention speculators` keeps "
+                        "speculators' own dense forward).")
     if requested != "auto":
         return requested
     dense = draft_attention in ("sdpa", "eager")
