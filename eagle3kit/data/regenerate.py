@@ -35,6 +35,7 @@ from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
 ENGINES = ("auto", "vllm", "vllm-served", "transformers")
 VLLM_ENGINES = ENGINES[1:3]  # vLLM's CPU build: offline, served
+SPARE_PROMPTS = 8  # notebook 04 asks this many beyond its training and held-out conversations (empty replies drop)
 
 
 @dataclass
