@@ -1,18 +1,24 @@
-"""Who writes the verifier's replies fastest here: transformers' batched loop against vLLM's CPU build, on the same
-prompts in one run, and the share of this CPU's bf16 matmul peak each reaches.
+"""Who writes the verifier's replies fastest here, at the demo's own scale: transformers' batched loop against vLLM's
+CPU build, offline and served, on the same prompts in one run; each engine's start apart, and the share of this CPU's
+bf16 matmul peak each reaches.
 
-    .venv/bin/python bench/regeneration_engines.py [--n 280] [--max-new-tokens 96] [--max-prompt-tokens 128]
+    .venv/bin/python bench/regeneration_engines.py [--n 128] [--max-new-tokens 96] [--max-prompt-tokens 128]
         [--out bench/results/regeneration.json]
 
-Rows (the demo's regeneration: ShareGPT first user turns cut to 128 tokens, up to 96 new tokens, greedy):
-  transformers fp32 b32   eagle3kit.data.generate.greedy_batch in float32, 32 rows (what notebook 04 used: 118 tok/s)
+The prompts are notebook 04's: ``--n`` training conversations (the demo preset's 128) + its held-out ones (16) +
+``SPARE_PROMPTS`` (8), ShareGPT first user turns cut to the demo's 128 tokens, up to its 96 new tokens, greedy.
+Rows (what eagle3kit.data.regenerate runs, engine by engine):
+  transformers fp32 b32   eagle3kit.data.generate.greedy_batch in float32, 32 rows (notebook 04 without vLLM);
+                          its start is the verifier's load
   transformers bf16 b64   the same loop in bfloat16, 64 rows
-  vLLM served (eagle3kit) `vllm serve` + speculators' `regenerate-responses` (eagle3kit.data.regenerate, engine vllm):
-                          bf16, every core, 256 sequences at once; its engine start is timed apart
-  vLLM offline LLM.generate  the same engine without the server (evaluate/vllm/worker.py), bf16, every core
-  vLLM offline, 1 core    vLLM's default core reservation (one core kept for its own process)
-The peak: a 2048^3 bf16 matmul (and float32), best of 5. A token costs 2 x (the verifier's parameters) FLOPs
-(embedding lookup left out, the tied lm_head counted). tokens/s counts generated tokens over the generation's seconds.
+  vLLM served             engine "vllm-served": `vllm serve` + speculators' `regenerate-responses`, start = until the
+                          server answered; generation includes the client's own start and HTTP
+  vLLM offline            engine "vllm" (what auto picks): vllm.LLM in data/regenerate_worker.py, start = until its
+                          engine was built
+Both vLLM rows run native_dtype (bf16 where the CPU computes it), every core, 256 sequences at once. The summary
+states offline / served (tokens/s, and wall time start included). The peak: a 2048^3 bf16 matmul (and float32), best
+of 5. A token costs 2 x (the verifier's parameters) FLOPs (embedding lookup left out, the tied lm_head counted).
+tokens/s counts generated tokens over the generation's seconds. equal = replies equal to transformers fp32's (text).
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,12 +35,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from eagle3kit.data import conversations as conv  # noqa: E402
 from eagle3kit.data.generate import greedy_batch  # noqa: E402
-from eagle3kit.data.regenerate import distinct_prompts, regenerate  # noqa: E402
-from eagle3kit.evaluate.vllm.serve import WORKER  # noqa: E402
-from eagle3kit.processes import log_tail  # noqa: E402
+from eagle3kit.data.regenerate import SPARE_PROMPTS, distinct_prompts, regenerate  # noqa: E402
+from eagle3kit.presets import NOTEBOOKS  # noqa: E402
 from eagle3kit.verifier import load_model, load_tokenizer, resolve  # noqa: E402
-from eagle3kit.vllm_env import run_env, vllm_python  # noqa: E402
+
+DEMO = NOTEBOOKS["04"]["demo"]
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
@@ -52,89 +58,94 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def vllm_offline(verifier: str, prompts: list[list[int]], max_new_tokens: int, env: dict) -> dict:
-    """One vLLM engine (bf16, no draft) generating greedily from the prompts' ids, through evaluate/vllm/worker.py."""
-    with tempfile.TemporaryDirectory() as tmp:
-        spec = {"verifier": verifier, "k": 1, "prompts": prompts, "max_new_tokens": max_new_tokens, "runs": ["plain"],
-                "dtype": "bfloat16", "max_num_seqs": 256, "step_times": False, "kv_cache_gb": 4}
-        (Path(tmp) / "spec.json").write_text(json.dumps(spec))
-        log = Path(tmp) / "log"
-        with log.open("w") as f:
-            code = subprocess.run([str(vllm_python()), str(WORKER), f"{tmp}/spec.json", f"{tmp}/out.json"],
-                                  stdout=f, stderr=subprocess.STDOUT, env={**os.environ, **env}).returncode
-        if code:
-            raise RuntimeError(f"vLLM worker failed:\n{log_tail(log)}")
-        run = json.loads((Path(tmp) / "out.json").read_text())["runs"]["plain"]
-    return {"seconds": run["seconds"], "start_seconds": run["load_seconds"], "tokens": run["generated_tokens"],
-            "outputs": run["outputs"]}
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--verifier", default="smollm2")
-    p.add_argument("--n", type=int, default=280, help="prompts (the demo regenerates 256 + 16 held out + 8)")
-    p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--max-prompt-tokens", type=int, default=128)
+    p.add_argument("--n", type=int, default=DEMO["n_conversations"],
+                   help=f"training conversations; the prompts are these + {DEMO['held_out']} held out + "
+                        f"{SPARE_PROMPTS} (notebook 04)")
+    p.add_argument("--max-new-tokens", type=int, default=DEMO["regenerate_tokens"])
+    p.add_argument("--max-prompt-tokens", type=int, default=DEMO["regenerate_prompt_tokens"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "regeneration.json"))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    n_prompts = args.n + DEMO["held_out"] + SPARE_PROMPTS
     v = resolve(args.verifier)
     tok = load_tokenizer(v)
+    t = time.perf_counter()
     model = load_model(v)
+    load_s = time.perf_counter() - t
     params = sum(t.numel() for name, t in model.named_parameters() if "embed_tokens" not in name)
     params += model.lm_head.weight.numel() if model.config.tie_word_embeddings else 0
     flops_per_token = 2 * params
     eos, n = tok.eos_token_id, args.max_new_tokens
-    heads = distinct_prompts(tok, None, 0, args.n, args.max_prompt_tokens)
+    heads = distinct_prompts(tok, None, 0, n_prompts, args.max_prompt_tokens)
     data = [ids for _, ids in heads]
     load0 = os.getloadavg()
     peak = {"bfloat16": matmul_peak(torch.bfloat16), "float32": matmul_peak(torch.float32)}
-    print(f"{len(data)} prompts, {n} new tokens at most; matmul peak bf16 {peak['bfloat16']:.0f} GFLOP/s, "
-          f"float32 {peak['float32']:.0f}; {flops_per_token / 1e6:.0f} MFLOP a token", flush=True)
+    print(f"{len(data)} prompts ({args.n} + {DEMO['held_out']} held out + {SPARE_PROMPTS}), {n} new tokens at most; "
+          f"matmul peak bf16 {peak['bfloat16']:.0f} GFLOP/s, float32 {peak['float32']:.0f}; "
+          f"{flops_per_token / 1e6:.0f} MFLOP a token", flush=True)
     rows: list[dict] = []
 
-    def add(name: str, seconds: float, tokens: int, start: float = 0.0, outputs=None) -> None:
+    def add(name: str, seconds: float, tokens: int, start: float, replies: dict[str, str]) -> None:
         rate = tokens / seconds
         rows.append({"engine": name, "seconds": round(seconds, 1), "start_seconds": round(start, 1),
                      "tokens": tokens, "tokens_per_s": round(rate, 1),
                      "share_of_bf16_peak": round(rate * flops_per_token / (peak["bfloat16"] * 1e9), 3),
-                     "outputs": outputs})
-        print(f"  {name}: {tokens} tokens in {seconds:.1f}s ({rate:.0f} tok/s; start {start:.0f}s)", flush=True)
+                     "replies": replies})
+        print(f"  {name}: {tokens} tokens in {seconds:.1f}s ({rate:.0f} tok/s; start {start:.1f}s)", flush=True)
+
+    def texts(outputs: list[list[int]]) -> dict[str, str]:
+        return {json.dumps(turns): tok.decode([t for t in o if t != eos], skip_special_tokens=True)
+                for (turns, _), o in zip(heads, outputs, strict=True)}
 
     t = time.perf_counter()
-    ref = greedy_batch(model, data, n, eos, batch_size=32)
-    add("transformers fp32 b32", time.perf_counter() - t, sum(map(len, ref)), outputs=ref)
+    got = greedy_batch(model, data, n, eos, batch_size=32)
+    add("transformers fp32 b32", time.perf_counter() - t, sum(map(len, got)), load_s, texts(got))
+    del model
+    t = time.perf_counter()
     half = load_model(v, dtype="bfloat16")
+    start = time.perf_counter() - t
     t = time.perf_counter()
     got = greedy_batch(half, data, n, eos, batch_size=64)
-    add("transformers bf16 b64", time.perf_counter() - t, sum(map(len, got)), outputs=got)
+    add("transformers bf16 b64", time.perf_counter() - t, sum(map(len, got)), start, texts(got))
     del half
-    with tempfile.TemporaryDirectory() as tmp:
-        info = regenerate(v, Path(tmp) / "r.jsonl", n_conversations=args.n, max_new_tokens=n,
-                          max_prompt_tokens=args.max_prompt_tokens, engine="vllm", progress=False)
-        add("vLLM served (eagle3kit regenerate)", info.seconds, info.generated_tokens, info.start_seconds)
-    for name, env in (("vLLM offline LLM.generate", run_env()),
-                      ("vLLM offline, 1 core (vLLM's default reservation)", {"VLLM_CPU_KVCACHE_SPACE": "4"})):
-        r = vllm_offline(v.path, data, n, env)
-        add(name, r["seconds"], r["tokens"], r["start_seconds"],
-            [[t for t in o if t != eos] for o in r["outputs"]])
+    for name, engine in (("vLLM served (regenerate-responses)", "vllm-served"), ("vLLM offline (vllm.LLM)", "vllm")):
+        with tempfile.TemporaryDirectory() as tmp:
+            info = regenerate(v, Path(tmp) / "r.jsonl", n_conversations=n_prompts, max_new_tokens=n,
+                              max_prompt_tokens=args.max_prompt_tokens, engine=engine, progress=False)
+            assert info.engine == engine and not info.resumed
+            replies = {json.dumps(turns[:-1]): turns[-1]["content"] for turns in conv.read_jsonl(info.path)}
+        add(name, info.seconds, info.generated_tokens, info.start_seconds, replies)
     load1 = os.getloadavg()
-    base = rows[0]["tokens_per_s"]
+    ref = rows[0]["replies"]
     for r in rows:
-        r["ratio_to_transformers_fp32"] = round(r["tokens_per_s"] / base, 2)
-        outs = r.pop("outputs")
-        r["replies_equal_to_fp32"] = None if outs is None else sum(a == b for a, b in zip(outs, ref, strict=True))
-    result = {"prompts": len(data), "max_new_tokens": n, "max_prompt_tokens": args.max_prompt_tokens,
-              "threads": args.threads, "cpus": os.cpu_count(), "matmul_peak_gflops": {k: round(x) for k, x in
-                                                                                      peak.items()},
-              "flops_per_token": flops_per_token, "load_before": [round(x, 2) for x in load0],
-              "load_after": [round(x, 2) for x in load1], "rows": rows}
+        r["ratio_to_transformers_fp32"] = round(r["tokens_per_s"] / rows[0]["tokens_per_s"], 2)
+        r["replies_equal_to_fp32"] = sum(r["replies"].get(k) == text for k, text in ref.items() if text.strip())
+    served, offline = rows[2], rows[3]
+    summary = {"offline_over_served_tokens_per_s": round(offline["tokens_per_s"] / served["tokens_per_s"], 2),
+               "offline_over_served_wall": round((served["seconds"] + served["start_seconds"])
+                                                 / (offline["seconds"] + offline["start_seconds"]), 2),
+               "offline_replies_equal_to_served": sum(offline["replies"].get(k) == text
+                                                      for k, text in served["replies"].items()),
+               "served_replies": len(served["replies"])}
+    for r in rows:
+        del r["replies"]
+    result = {"prompts": len(data), "n_conversations": args.n, "max_new_tokens": n,
+              "max_prompt_tokens": args.max_prompt_tokens, "threads": args.threads, "cpus": os.cpu_count(),
+              "matmul_peak_gflops": {k: round(x) for k, x in peak.items()}, "flops_per_token": flops_per_token,
+              "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in load1],
+              "rows": rows, "offline_vs_served": summary}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"\n{'engine':<50}{'tok/s':>8}{'ratio':>7}{'peak':>7}{'start s':>9}  equal")
+    print(f"\n{'engine':<40}{'tok/s':>8}{'ratio':>7}{'peak':>7}{'start s':>9}  equal")
     for r in rows:
-        print(f"{r['engine']:<50}{r['tokens_per_s']:>8.0f}{r['ratio_to_transformers_fp32']:>6.2f}x"
-              f"{r['share_of_bf16_peak']:>7.1%}{r['start_seconds']:>9.0f}  {r['replies_equal_to_fp32']}")
+        print(f"{r['engine']:<40}{r['tokens_per_s']:>8.0f}{r['ratio_to_transformers_fp32']:>6.2f}x"
+              f"{r['share_of_bf16_peak']:>7.1%}{r['start_seconds']:>9.1f}  {r['replies_equal_to_fp32']}")
+    print(f"offline / served: {summary['offline_over_served_tokens_per_s']}x tokens/s, "
+          f"{summary['offline_over_served_wall']}x wall (start included); replies equal "
+          f"{summary['offline_replies_equal_to_served']}/{summary['served_replies']}")
     print(f"load {load0[0]:.2f} -> {load1[0]:.2f}; written to {args.out}")
     return 0
 

@@ -33,7 +33,7 @@ seq_length = 384           # tokens per conversation (longer ones are cut)
 draft_vocab_size = 4096    # 0: the verifier's full vocab
 regenerate_tokens = 0      # > 0: the verifier rewrites each reply (greedy, up to this many tokens)
 regenerate_prompt_tokens = 256  # the user turn it answers is cut to this many tokens
-regenerate_engine = "auto"  # "auto": vLLM's CPU build when `make vllm` installed it, else transformers
+regenerate_engine = "auto"  # "auto": vLLM's CPU build offline when `make vllm` installed it, else transformers
 batch_size = 4
 dtype = "float32"          # hidden states: "float32" | "bfloat16" | "native" (bf16 where the device computes it)
 seed = 0
@@ -56,7 +56,7 @@ from eagle3kit.data.targets import verify_targets
 from eagle3kit.data import plots as data_plots
 from eagle3kit.data.loss_mask_plot import plot_loss_mask
 from eagle3kit.data import vocab
-from eagle3kit.data.regenerate import regenerate
+from eagle3kit.data.regenerate import SPARE_PROMPTS, regenerate
 from eagle3kit.notebook import DATA, setup
 from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
@@ -70,17 +70,18 @@ dvs = draft_vocab_size or None
 #
 # The draft will be asked to predict *this verifier's* text. ShareGPT's replies were written by other models, so with
 # `regenerate_tokens > 0` the verifier first answers each conversation's first user turn itself (greedy), as
-# speculators' `regenerate-responses` does. By default (`regenerate_engine = "auto"`) it does exactly that: vLLM's CPU
-# build serves the verifier (bf16 where the CPU computes it natively, every core) and speculators' own
-# `regenerate-responses` sends it the prompts, hundreds at a time; about 3x faster here than transformers' batched loop,
-# which writes them when vLLM is not installed (`bench/regeneration_engines.py` measures both). The replies are saved
-# as they come and an interrupted run resumes.
+# speculators' `regenerate-responses` does. By default (`regenerate_engine = "auto"`) vLLM's CPU build writes them
+# offline (`vllm.LLM`, bf16 where the CPU computes it natively, every core, all prompts decoded together), in the very
+# rows `regenerate-responses` writes from a vLLM server; `"vllm-served"` takes that served route itself (the same
+# requests to the same engine, with a server's start and HTTP on top), `"transformers"` its batched loop, which is what
+# runs when vLLM is not installed (`bench/regeneration_engines.py` measures the three). The replies are saved as they
+# come and an interrupted run resumes.
 
 # %%
 source = None
 if regenerate_tokens:
-    regen = regenerate(verifier, workdir / "regenerated.jsonl", n_conversations=n_conversations + held_out + 8,
-                       engine=regenerate_engine,
+    regen = regenerate(verifier, workdir / "regenerated.jsonl", engine=regenerate_engine,
+                       n_conversations=n_conversations + held_out + SPARE_PROMPTS,
                        max_new_tokens=regenerate_tokens, max_prompt_tokens=regenerate_prompt_tokens, seed=seed)
     source = regen.path
     display(pd.Series(vars(regen)).to_frame("value"))

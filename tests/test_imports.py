@@ -149,10 +149,11 @@ def test_the_checks_fire_on_a_cycle_and_an_upward_import(tmp_path):
     assert layer_of("eagle3kit.draft.model") < layer_of("eagle3kit.data.vocab")  # so that arrow points up
 
 
-def test_the_vllm_worker_runs_without_eagle3kit():
-    """``evaluate/vllm/worker.py`` runs under the vLLM environment's python, where eagle3kit is not installed."""
-    worker = PACKAGE / "evaluate" / "vllm" / "worker.py"
-    assert imported("eagle3kit.evaluate.vllm.worker", worker, modules()) == set()
+@pytest.mark.parametrize("name", ["evaluate.vllm.worker", "data.regenerate_worker"])
+def test_the_vllm_workers_run_without_eagle3kit(name):
+    """The standalone scripts run under the vLLM environment's python, where eagle3kit is not installed."""
+    worker = PACKAGE.joinpath(*name.split(".")).with_suffix(".py")
+    assert imported(f"eagle3kit.{name}", worker, modules()) == set()
     assert not any("eagle3kit" in (getattr(n, "module", None) or "") or
                    any("eagle3kit" in a.name for a in getattr(n, "names", []))
                    for n in ast.walk(ast.parse(worker.read_text())) if isinstance(n, ast.Import | ast.ImportFrom))

@@ -12,7 +12,7 @@ from eagle3kit.cli import main
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.loader import held_out_conversations
-from eagle3kit.data.regenerate import regenerate
+from eagle3kit.data.regenerate import distinct_prompts, regenerate
 from eagle3kit.evaluate.decode import greedy_generate
 from eagle3kit.verifier import load_model, load_tokenizer
 
@@ -109,8 +109,9 @@ def test_cli_regenerate(tiny_verifier, tmp_path, capsys):
     assert '"n_conversations"' in printed and "eagle3kit data --source" in printed
     assert len(conv.read_jsonl(out)) >= 1
     assert '"engine": "transformers"' in printed  # auto: vLLM's CPU build does not serve the tiny verifier
-    assert main(["regenerate", "--verifier", "tiny", "--out", str(out), "--engine", "vllm"]) == 2
-    assert "engine='vllm' cannot write these replies" in capsys.readouterr().err
+    for engine in ("vllm", "vllm-served"):
+        assert main(["regenerate", "--verifier", "tiny", "--out", str(out), "--engine", engine]) == 2
+        assert f"engine={engine!r} cannot write these replies" in capsys.readouterr().err
 
 
 def test_auto_falls_back_to_transformers_and_says_why(tiny_verifier, smollm2, tmp_path, monkeypatch, capsys):
@@ -129,31 +130,99 @@ def test_auto_falls_back_to_transformers_and_says_why(tiny_verifier, smollm2, tm
     assert info.engine == "transformers" and "transformers writes the replies (not vLLM" in capsys.readouterr().out
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_vllm_writes_the_verifier_replies_through_speculators_regenerate_responses(smollm2, tmp_path):
-    """vLLM's CPU build serves SmolLM2 and speculators' own regenerate-responses asks it: the prompts are the chat
-    template's (the first greedy tokens match transformers' float32 reply; vLLM computes in bf16 here, so a later
-    token may part at a near tie), the file is the one build_dataset reads, a finished file is not redone."""
-    from eagle3kit.data.regenerate_vllm import usable
+VLLM_N, VLLM_TOKENS, VLLM_PROMPT_TOKENS = 8, 12, 48
+KEPT = ("1", "5")  # the rows an interrupted offline run had finished
+
+
+def _rows(path) -> dict[str, dict]:
+    return {r["primary_id"]: r for r in map(json.loads, path.read_text().splitlines())}
+
+
+@pytest.fixture(scope="module")
+def vllm_rows(smollm2, tmp_path_factory):
+    """The same prompts answered by vLLM's CPU build both ways, one engine start each: served (speculators' own
+    regenerate-responses asking `vllm serve`), then offline (regenerate_worker.py), resuming what an interrupted
+    run left: two finished rows (the served route's) and a line cut mid-write. float32 on both, so that the
+    comparison holds on any CPU (in bf16 a different batching may part two routes at a near tie)."""
+    from eagle3kit.data.regenerate_vllm import replies, usable
 
     if why := usable(smollm2.path):
         pytest.skip(why)
-    out = tmp_path / "regen.jsonl"
-    info = regenerate(smollm2, out, n_conversations=6, max_new_tokens=12, max_prompt_tokens=48, progress=False,
-                      engine="vllm")
-    assert info.engine == "vllm" and info.start_seconds > 0 and info.generated_tokens > 0
-    assert info.n_conversations + info.empty == 6
-    tok, model = load_tokenizer(smollm2), load_model(smollm2)
-    records = conv.read_jsonl(out)
-    same_start = 0
-    for turns in records:
-        ids = tok.apply_chat_template(turns[:-1], add_generation_prompt=True, return_tensors="pt",
-                                      return_dict=True)["input_ids"]
-        want = tok.decode(greedy_generate(model, ids, 3, tok.eos_token_id), skip_special_tokens=True)
-        same_start += turns[-1]["content"].startswith(want.strip()[:8])
-    assert same_start >= len(records) - 1
-    assert not list(tmp_path.glob("*.partial*"))  # speculators' rows and error log cleaned up
-    again = regenerate(smollm2, out, n_conversations=6, max_new_tokens=12, max_prompt_tokens=48, progress=False,
-                       engine="vllm")
-    assert again.seconds == 0 and again.resumed == info.n_conversations
+    tok = load_tokenizer(smollm2)
+    prompts = {i: turns for i, (turns, _) in enumerate(distinct_prompts(tok, None, 0, VLLM_N, VLLM_PROMPT_TOKENS))}
+    d = tmp_path_factory.mktemp("vllm-rows")
+    served = replies(smollm2.path, prompts, d / "served.jsonl", VLLM_TOKENS, served=True, progress=False,
+                     dtype="float32")
+    kept = _rows(d / "served.jsonl")
+    (d / "offline.jsonl").write_text("".join(json.dumps(kept[k]) + "\n" for k in KEPT) + '{"id": "2_gen0", "prim')
+    offline = replies(smollm2.path, prompts, d / "offline.jsonl", VLLM_TOKENS, progress=False, dtype="float32")
+    return {"served": (served, d / "served.jsonl"), "offline": (offline, d / "offline.jsonl"), "prompts": prompts}
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_offline_vllm_writes_the_served_routes_rows_token_for_token(vllm_rows):
+    """vLLM offline writes, for the prompts it answered, exactly the rows speculators' regenerate-responses writes
+    from a vLLM server: the same prompt and completion ids, loss mask, text and keys (only the endpoint differs)."""
+    (served, served_path), (offline, offline_path) = vllm_rows["served"], vllm_rows["offline"]
+    assert served.start_seconds > 0 and offline.start_seconds > 0 and not served.resumed
+    assert set(served.ids) == set(offline.ids) == set(vllm_rows["prompts"])
+    a, b = _rows(served_path), _rows(offline_path)
+    answered = [k for k in b if k not in KEPT]
+    assert len(answered) == VLLM_N - len(KEPT)
+    for k in answered:
+        want, got = a[k], b[k]
+        assert got["input_ids"] == want["input_ids"] and got["loss_mask"] == want["loss_mask"]
+        assert sum(got["loss_mask"]) > 0 and got["text"] == want["text"] and got["id"] == want["id"] == f"{k}_gen0"
+        assert got.keys() == want.keys() and got["metadata"].keys() == want["metadata"].keys()
+        assert got["metadata"]["usage"].keys() == want["metadata"]["usage"].keys()
+        assert got["metadata"]["finish_reason"] == want["metadata"]["finish_reason"]
+        assert got["metadata"]["endpoint"] == "vllm.LLM (offline)" != want["metadata"]["endpoint"]
+    assert served.ids == offline.ids
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_offline_vllm_resumes_an_interrupted_rows_file(vllm_rows):
+    """The rows an interrupted run finished are kept as they were (not asked again), the cut line is dropped, each
+    prompt ends with exactly one row."""
+    offline, path = vllm_rows["offline"]
+    lines = path.read_text().splitlines()
+    assert offline.resumed == {int(k) for k in KEPT}
+    assert lines[: len(KEPT)] == [json.dumps(_rows(vllm_rows["served"][1])[k]) for k in KEPT]
+    ids = [json.loads(line)["primary_id"] for line in lines]
+    assert sorted(ids) == sorted(map(str, vllm_rows["prompts"]))
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_regenerate_reads_either_vllm_route_into_the_same_file(vllm_rows, smollm2, tmp_path):
+    """`regenerate` with engine "vllm" (offline, what auto picks) or "vllm-served", resuming the rows each route
+    wrote (no engine starts: every prompt has its row): the same file, whose replies are the decoded completions
+    and start like transformers' float32 greedy replies; the rows are cleaned up, a finished file is not redone."""
+    from eagle3kit.data.regenerate import choose_engine, vllm_rows as rows_of
+
+    assert choose_engine("auto", smollm2.path, "cpu") == ("vllm", None)
+    kwargs = {"n_conversations": VLLM_N, "max_new_tokens": VLLM_TOKENS, "max_prompt_tokens": VLLM_PROMPT_TOKENS,
+              "progress": False}
+    ref = regenerate(smollm2, tmp_path / "ref.jsonl", engine="transformers", **kwargs)
+    settings = json.loads((tmp_path / "ref.jsonl").read_text().splitlines()[0])["settings"]
+    tok = load_tokenizer(smollm2)
+    files = {}
+    for engine, (run, path) in (("vllm", vllm_rows["offline"]), ("vllm-served", vllm_rows["served"])):
+        out = tmp_path / f"{engine}.jsonl"
+        (tmp_path / f"{engine}.jsonl.partial").write_text(json.dumps({"settings": {**settings, "engine": engine}}))
+        rows_of(out).write_text(path.read_text())
+        info = regenerate(smollm2, out, engine=engine, **kwargs)
+        assert info.engine == engine and info.start_seconds == 0 and info.resumed == VLLM_N
+        assert not list(tmp_path.glob(f"{engine}.jsonl.partial*"))
+        files[engine] = [turns for turns in conv.read_jsonl(out)]
+        want = [tok.decode([t for t in run.ids[i] if t != tok.eos_token_id], skip_special_tokens=True)
+                for i in sorted(run.ids)]
+        assert [turns[-1]["content"] for turns in files[engine]] == [w for w in want if w.strip()]
+        again = regenerate(smollm2, out, engine=engine, **kwargs)
+        assert again.seconds == 0 and again.generated_tokens == 0
+    assert files["vllm"] == files["vllm-served"] and len(files["vllm"]) == ref.n_conversations
+    same_start = sum(a[-1]["content"][:8] == b[-1]["content"][:8]
+                     for a, b in zip(files["vllm"], conv.read_jsonl(tmp_path / "ref.jsonl"), strict=True))
+    assert same_start >= VLLM_N - 1  # vLLM and transformers, both float32: the same greedy start

@@ -27,8 +27,10 @@ def regenerate_options(p: argparse.ArgumentParser) -> None:
     from eagle3kit.data.regenerate import ENGINES
 
     p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="what writes the replies: vLLM's CPU build, served (auto: when `make vllm` installed it and it "
-                        "serves this verifier on a CPU; about 3x faster here) or transformers' batched loop")
+                   help="what writes the replies: vllm = vLLM's CPU build offline (vllm.LLM, no server; the fastest "
+                        "here), vllm-served = the same engine served and asked by speculators' regenerate-responses, "
+                        "transformers = its batched loop; auto = vllm when `make vllm` installed it and it runs this "
+                        "verifier on a CPU, else transformers")
 
 
 def cmd_regenerate(args: argparse.Namespace) -> int:

@@ -4,7 +4,9 @@
 ``layouts``        document lengths for notebook 03's masks: ShareGPT conversations through the chat template, packed
 ``generate``       batched greedy decoding: many replies per forward, rows stopping on their own
 ``regenerate``     self-distillation: the verifier writes the replies
-``regenerate_vllm`` the same replies written by vLLM's CPU build: ``vllm serve`` + speculators' regenerate-responses
+``regenerate_vllm`` the same replies written by vLLM's CPU build, offline or served (+ speculators'
+                   regenerate-responses), as speculators' rows
+``regenerate_worker`` the offline route's standalone script (the vLLM environment's python: vllm and stdlib only)
 ``hidden_states``  verifier hidden states as vLLM hands them to speculators, one file per sample
 ``dataset``        ``build_dataset``: conversations -> a resumable speculators data directory
 ``manifest``       ``eagle3kit_data.json``: the verifier's identity, aux layers, the request, counts

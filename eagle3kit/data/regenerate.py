@@ -2,14 +2,17 @@
 
 A draft learns to predict the verifier. On human-written replies (ShareGPT) the training text is not what the
 verifier would write, so at serving time the draft meets text unlike its training data. Replacing each reply by the
-verifier's own greedy answer removes that gap; speculators' ``scripts/regenerate_responses`` does the same through a
-vLLM server, here :func:`eagle3kit.data.generate.greedy_replies` does it on any device (many replies per forward,
-rows leaving as they finish and waiting prompts joining).
+verifier's own greedy answer removes that gap. Three engines write the replies: ``"vllm"``, vLLM's CPU build offline
+(``vllm.LLM``, the fastest here), ``"vllm-served"``, the same engine served and asked by speculators' own
+``regenerate-responses`` (the route speculators documents; both in :mod:`eagle3kit.data.regenerate_vllm`, into the
+same rows), and ``"transformers"``, :func:`eagle3kit.data.generate.greedy_replies` on any device (many replies per
+forward, rows leaving as they finish and waiting prompts joining).
 
 Each conversation keeps its system turns and its first user turn (cut to ``max_prompt_tokens``) and gets
 the verifier's reply. The output is a JSONL (``{"messages": [...]}`` per line) that
 ``eagle3kit.data.dataset.build_dataset(source=...)`` reads. Each reply is saved as it finishes to ``<out>.partial``; an
-interrupted run resumes there, and the final file is written atomically, in the source's seeded order.
+interrupted run resumes there (a vLLM engine's rows in :func:`vllm_rows`, with the same settings), and the final file
+is written atomically, in the source's seeded order.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from eagle3kit.device import resolve_device
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
 
-ENGINES = ("auto", "vllm", "transformers")
+ENGINES = ("auto", "vllm", "vllm-served", "transformers")
+VLLM_ENGINES = ENGINES[1:3]  # vLLM's CPU build: offline, served
+SPARE_PROMPTS = 8  # notebook 04 asks this many beyond its training and held-out conversations (empty replies drop)
 
 
 @dataclass
@@ -42,13 +47,14 @@ class RegenInfo:
     tokens_per_s: float | None
     resumed: int  # conversations taken over from an interrupted run
     empty: int  # prompts the verifier answered with nothing at once (left out)
-    engine: str = "transformers"  # what wrote the replies: "vllm" (its CPU build, served) or "transformers"
-    start_seconds: float = 0.0  # the engine's start (vLLM: until its server answered), besides ``seconds``
+    engine: str = "transformers"  # what wrote the replies: one of ENGINES but "auto"
+    start_seconds: float = 0.0  # the engine's start (vLLM: until its engine was built or its server answered)
 
 
 def choose_engine(engine: str, verifier_path: str | None, device: str) -> tuple[str, str | None]:
-    """(the engine that writes the replies, why not vLLM when "auto" falls back). "auto": vLLM's CPU build when it
-    is installed and serves this verifier on a CPU (about 4x faster here), else transformers' batched loop."""
+    """(the engine that writes the replies, why not vLLM when "auto" falls back). "auto": vLLM's CPU build offline
+    when it is installed and runs this verifier on a CPU (the fastest here: ``bench/regeneration_engines.py``), else
+    transformers' batched loop."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)} (got {engine!r}).")
     if engine == "transformers":
@@ -56,9 +62,10 @@ def choose_engine(engine: str, verifier_path: str | None, device: str) -> tuple[
     from eagle3kit.data import regenerate_vllm
 
     why = ("it runs the CPU build here, not on " + device) if device != "cpu" else regenerate_vllm.usable(verifier_path)
-    if why and engine == "vllm":
-        raise ValueError(f"engine='vllm' cannot write these replies: {why}.")
-    return ("transformers", f"transformers writes the replies (not vLLM: {why})") if why else ("vllm", None)
+    if why and engine in VLLM_ENGINES:
+        raise ValueError(f"engine={engine!r} cannot write these replies: {why}.")
+    return ("transformers", f"transformers writes the replies (not vLLM: {why})") if why else (
+        "vllm" if engine == "auto" else engine, None)
 
 
 def regenerate(
@@ -95,18 +102,21 @@ def regenerate(
     prompts = distinct_prompts(tokenizer, source, seed, n_conversations, max_prompt_tokens)
     records = _resume(partial, settings)
     resumed = len(records)
+    if not partial.is_file():  # a new run: what a vLLM engine left belongs to another one
+        for leftover in _vllm_leftovers(out):
+            leftover.unlink(missing_ok=True)
+        write_text(partial, json.dumps({"settings": settings}) + "\n")
     todo = [i for i in range(len(prompts)) if i not in records]
     started = 0.0
-    if todo and engine == "vllm":
-        seconds, n_tokens, started = _write_with_vllm(v.path, tokenizer, prompts, todo, records, partial, settings,
-                                                      max_new_tokens, progress)
+    if todo and engine in VLLM_ENGINES:
+        seconds, n_tokens, started, more = _write_with_vllm(v.path, engine == "vllm-served", tokenizer, prompts, todo,
+                                                            records, out, max_new_tokens, progress)
+        resumed += more
     elif todo:
         model = load_model(v, device=resolve_device(device))
         t0, n_tokens = time.perf_counter(), 0
         bar = tqdm(total=len(todo), desc="regenerate", unit="conv", disable=not progress)
         with partial.open("a", encoding="utf-8") as f:
-            if not resumed:
-                f.write(json.dumps({"settings": settings}) + "\n")
             for j, reply in greedy_replies(model, [prompts[i][1] for i in todo], max_new_tokens,
                                            tokenizer.eos_token_id, batch_size):
                 i = todo[j]
@@ -134,29 +144,40 @@ def regenerate(
                      round(started, 2))
 
 
-def _write_with_vllm(path: str, tokenizer, prompts, todo: list[int], records: dict, partial: Path, settings: dict,
-                     max_new_tokens: int, progress: bool) -> tuple[float, int, float]:
-    """The replies of ``todo`` written by vLLM (:mod:`eagle3kit.data.regenerate_vllm`), kept in ``records`` and
-    appended to ``partial``; (seconds writing, tokens written, seconds starting)."""
+def vllm_rows(out_path: str | os.PathLike) -> Path:
+    """The rows a vLLM engine writes for ``out_path`` (speculators' format), resumed by a rerun with the same
+    settings and removed once the file is finished."""
+    out = Path(out_path)
+    return out.with_name(out.name + ".partial.vllm.jsonl")
+
+
+def _vllm_leftovers(out: Path) -> tuple[Path, Path]:
+    from eagle3kit.data.regenerate_vllm import errors_file
+
+    return vllm_rows(out), errors_file(vllm_rows(out))
+
+
+def _write_with_vllm(path: str, served: bool, tokenizer, prompts, todo: list[int], records: dict, out: Path,
+                     max_new_tokens: int, progress: bool) -> tuple[float, int, float, int]:
+    """The replies of ``todo`` written by vLLM, offline or ``served`` (:mod:`eagle3kit.data.regenerate_vllm`), kept
+    in ``records`` and appended to the partial file; (seconds writing, tokens written by this call, seconds starting,
+    replies taken over from the rows an interrupted run left)."""
     from eagle3kit.data.regenerate_vllm import replies
 
-    raw = partial.with_name(partial.name + ".vllm.jsonl")  # speculators' rows, resumed by its --resume
-    ids, started, seconds = replies(path, [prompts[i][0] for i in todo], raw, max_new_tokens, progress)
+    run = replies(path, {i: prompts[i][0] for i in todo}, vllm_rows(out), max_new_tokens, served, progress)
     eos = tokenizer.eos_token_id
     n_tokens = 0
-    with partial.open("a", encoding="utf-8") as f:
-        if not records:
-            f.write(json.dumps({"settings": settings}) + "\n")
-        for j, i in enumerate(todo):
-            reply = [t for t in ids.get(j, []) if t != eos]
+    with out.with_name(out.name + ".partial").open("a", encoding="utf-8") as f:
+        for i in todo:
+            reply = [t for t in run.ids.get(i, []) if t != eos]
             text = tokenizer.decode(reply, skip_special_tokens=True)
             records[i] = {"index": i, "messages": prompts[i][0] + [{"role": "assistant", "content": text}],
                           "tokens": len(reply)}
             f.write(json.dumps(records[i]) + "\n")
-            n_tokens += len(reply)
-    for leftover in (raw, raw.with_name(raw.stem + ".errors.jsonl")):  # speculators' rows and its error log
+            n_tokens += 0 if i in run.resumed else len(reply)
+    for leftover in _vllm_leftovers(out):
         leftover.unlink(missing_ok=True)
-    return seconds, n_tokens, started
+    return run.seconds, n_tokens, run.start_seconds, len(run.resumed)
 
 
 def distinct_prompts(tokenizer, source: str | os.PathLike | None, seed: int, n: int, max_prompt_tokens: int
