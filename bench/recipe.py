@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eagle3kit.data import conversations as conv  # noqa: E402
 from eagle3kit.data.dataset import build_dataset  # noqa: E402
-from eagle3kit.data.regenerate import distinct_prompts, regenerate  # noqa: E402
+from eagle3kit.data.regenerate import SPARE_PROMPTS, distinct_prompts, regenerate  # noqa: E402
 from eagle3kit.draft.config import DraftSpec  # noqa: E402
 from eagle3kit.evaluate import acceptance as ev  # noqa: E402
 from eagle3kit.evaluate import benchmarks, recipes, scores  # noqa: E402
@@ -223,7 +223,7 @@ class LabRunner:
         for stale in self.work.glob(path.name + "*"):
             stale.unlink()
         load, t0 = os.getloadavg()[0], time.perf_counter()
-        regenerate(self.v, path, n_conversations=n + HELD_OUT + 8, max_new_tokens=d.reply_tokens,
+        regenerate(self.v, path, n_conversations=n + HELD_OUT + SPARE_PROMPTS, max_new_tokens=d.reply_tokens,
                    max_prompt_tokens=d.prompt_tokens, progress=False,
                    engine="transformers" if d.replies == "transformers" else "vllm")
         cost = {"seconds": time.perf_counter() - t0, "load": [round(load, 2), round(os.getloadavg()[0], 2)]}
