@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eagle3kit.data import conversations as conv  # noqa: E402
 from eagle3kit.data.generate import greedy_batch  # noqa: E402
+from eagle3kit.device import native_dtype  # noqa: E402
 from eagle3kit.data.regenerate import SPARE_PROMPTS, distinct_prompts, regenerate  # noqa: E402
 from eagle3kit.presets import NOTEBOOKS  # noqa: E402
 from eagle3kit.verifier import load_model, load_tokenizer, resolve  # noqa: E402
@@ -83,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     heads = distinct_prompts(tok, None, 0, n_prompts, args.max_prompt_tokens)
     data = [ids for _, ids in heads]
     load0 = os.getloadavg()
-    peak = {"bfloat16": matmul_peak(torch.bfloat16), "float32": matmul_peak(torch.float32)}
+    native = native_dtype("cpu")  # without native bf16 (AVX2 only) bf16 is emulated: its peak and row are left out
+    peak = {dtype: matmul_peak(getattr(torch, dtype)) for dtype in dict.fromkeys(("float32", native))}
     print(f"{len(data)} prompts ({args.n} + {DEMO['held_out']} held out + {SPARE_PROMPTS}), {n} new tokens at most; "
-          f"matmul peak bf16 {peak['bfloat16']:.0f} GFLOP/s, float32 {peak['float32']:.0f}; "
+          f"matmul peak {', '.join(f'{k} {x:.0f}' for k, x in peak.items())} GFLOP/s; "
           f"{flops_per_token / 1e6:.0f} MFLOP a token", flush=True)
     rows: list[dict] = []
 
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         rate = tokens / seconds
         rows.append({"engine": name, "seconds": round(seconds, 1), "start_seconds": round(start, 1),
                      "tokens": tokens, "tokens_per_s": round(rate, 1),
-                     "share_of_bf16_peak": round(rate * flops_per_token / (peak["bfloat16"] * 1e9), 3),
+                     f"share_of_{native}_peak": round(rate * flops_per_token / (peak[native] * 1e9), 3),
                      "replies": replies})
         print(f"  {name}: {tokens} tokens in {seconds:.1f}s ({rate:.0f} tok/s; start {start:.1f}s)", flush=True)
 
@@ -105,13 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     got = greedy_batch(model, data, n, eos, batch_size=32)
     add("transformers fp32 b32", time.perf_counter() - t, sum(map(len, got)), load_s, texts(got))
     del model
-    t = time.perf_counter()
-    half = load_model(v, dtype="bfloat16")
-    start = time.perf_counter() - t
-    t = time.perf_counter()
-    got = greedy_batch(half, data, n, eos, batch_size=64)
-    add("transformers bf16 b64", time.perf_counter() - t, sum(map(len, got)), start, texts(got))
-    del half
+    if native == "bfloat16":
+        t = time.perf_counter()
+        half = load_model(v, dtype="bfloat16")
+        start = time.perf_counter() - t
+        t = time.perf_counter()
+        got = greedy_batch(half, data, n, eos, batch_size=64)
+        add("transformers bf16 b64", time.perf_counter() - t, sum(map(len, got)), start, texts(got))
+        del half
     for name, engine in (("vLLM served (regenerate-responses)", "vllm-served"), ("vLLM offline (vllm.LLM)", "vllm")):
         with tempfile.TemporaryDirectory() as tmp:
             info = regenerate(v, Path(tmp) / "r.jsonl", n_conversations=n_prompts, max_new_tokens=n,
@@ -124,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         r["ratio_to_transformers_fp32"] = round(r["tokens_per_s"] / rows[0]["tokens_per_s"], 2)
         r["replies_equal_to_fp32"] = sum(r["replies"].get(k) == text for k, text in ref.items() if text.strip())
-    served, offline = rows[2], rows[3]
+    served, offline = rows[-2], rows[-1]
     summary = {"offline_over_served_tokens_per_s": round(offline["tokens_per_s"] / served["tokens_per_s"], 2),
                "offline_over_served_wall": round((served["seconds"] + served["start_seconds"])
                                                  / (offline["seconds"] + offline["start_seconds"]), 2),
@@ -142,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'engine':<40}{'tok/s':>8}{'ratio':>7}{'peak':>7}{'start s':>9}  equal")
     for r in rows:
         print(f"{r['engine']:<40}{r['tokens_per_s']:>8.0f}{r['ratio_to_transformers_fp32']:>6.2f}x"
-              f"{r['share_of_bf16_peak']:>7.1%}{r['start_seconds']:>9.1f}  {r['replies_equal_to_fp32']}")
+              f"{r[f'share_of_{native}_peak']:>7.1%}{r['start_seconds']:>9.1f}  {r['replies_equal_to_fp32']}")
     print(f"offline / served: {summary['offline_over_served_tokens_per_s']}x tokens/s, "
           f"{summary['offline_over_served_wall']}x wall (start included); replies equal "
           f"{summary['offline_replies_equal_to_served']}/{summary['served_replies']}")
