@@ -85,6 +85,7 @@ class Recipe:
     budget: float | None = None  # minutes of data + training; None: --budget
     steps: int | None = None  # fixed steps instead of a budget (the demo as it was)
     draft: tuple = ()  # DraftSpec fields (items): fc_norm, norm_output, norm_before_fc
+    steps_like: str | None = None  # train as many steps as that recipe did at the same budget (equal steps)
     score_k: tuple[int, ...] = (3,)  # draft tokens a round it is scored at (the first is the table's)
 
     def settings(self) -> dict:
@@ -102,6 +103,9 @@ RECIPES = [
     # the field's own defaults and the levers round 1 did not try
     Recipe("muon", "optimizer", "speculators' trainer default: Muon on the 2D weights (muon_lr = lr, "
            "match_rms_adamw) + AdamW on the rest", train=(("optimizer", "muon"),)),
+    Recipe("muon-equal-steps", "optimizer", "Muon as above at base's steps (equal steps, not equal minutes: torch's "
+           "Muon orthogonalizes in bf16, which a CPU without native bf16 emulates)", train=(("optimizer", "muon"),),
+           steps_like="base"),
     Recipe("fc-norm", "norms", "Eagle 3.1's fc_norm (a norm per aux layer before fc)", draft=(("fc_norm", True),)),
     Recipe("no-norm-output", "norms", "norm_output off (speculators' eagle3 default is on)",
            draft=(("norm_output", False),)),
@@ -294,7 +298,8 @@ class LabRunner:
         torch.manual_seed(0)
         data_dir, data_s = self.data(r.data)
         per_step = self.seconds_per_step(r, data_dir)
-        steps = r.steps or int((budget * 60 - data_s) / per_step)
+        steps = r.steps or (self.run(next(x for x in RECIPES if x.name == r.steps_like), budget)["steps"]
+                            if r.steps_like else int((budget * 60 - data_s) / per_step))
         if steps < 1:
             raise RuntimeError(f"{r.name}: the data took {data_s / 60:.1f} of {budget} minutes; nothing left to train")
         session = self.session(r, data_dir, steps)
@@ -303,6 +308,7 @@ class LabRunner:
         train_s = time.perf_counter() - t0
         session.model.eval()
         result = {"name": r.name, "lever": r.lever, "what": r.what, "budget": None if r.steps else budget,
+                  "steps_like": r.steps_like,
                   "data": dataclasses.asdict(r.data), "train": {**r.settings(), "ttt_steps": r.ttt_steps},
                   "draft": dict(r.draft), "attention": session.attention,
                   "steps": steps, "sec_per_step": round(per_step, 3),

@@ -2,9 +2,11 @@
 
 Both paths train the same draft (same seed, same batches) in one process, their steps interleaved (dense, sparse,
 dense, ...) so that load from other processes hits both alike; each row is the median of the timed steps after one
-warm-up step. Per step it reports the FLOPs each path does and the FLOPs the step needs ("useful": the linears on
-the documents' rows, lm_head and the loss on the rows that carry loss, attention on the scores the mask keeps), the
-useful rate against this CPU's matmul peak measured in the same run, in the dtype the step trains in.
+warm-up step. Per step it reports the FLOPs each path does, the "useful" FLOPs as issue 47 counted them
+(speculators' dense step without the attention its mask throws away) and the FLOPs the same loss needs at least
+("needed": the linears on the rows whose draft chain reaches a loss, lm_head and the loss on the loss rows,
+attention on the kept scores), and each rate against this CPU's matmul peak measured in the same run, in the dtype
+the step trains in.
 
     .venv/bin/python bench/train_step.py            # packs 512 / 1024 / 2048 x TTT 1 / 3 / 7, the profile, parts
     .venv/bin/python bench/train_step.py --quick    # the 1024-token, 3-TTT pair and its ratio
@@ -41,7 +43,8 @@ from speculators.models.eagle3.attention import extend_mask_for_draft_tokens  # 
 
 RESULTS = Path(__file__).parent / "results" / "train_step"
 VOCAB = 2048
-DEMO_LIKE = {"n_conversations": 160, "seq_length": 224}  # ShareGPT cut to 224 tokens: ~4.6 documents a 1024 pack
+DEMO_LIKE = {"n_conversations": 192, "seq_length": 224, "held_out": 32}  # ShareGPT cut to 224 tokens: ~4.6
+# documents a 1024-token pack, like the demo's (user turns cut to 128 tokens, replies up to 96); 32 held out
 
 
 def matmul_peak(dtype: torch.dtype, repeats: int = 20) -> float:
@@ -87,7 +90,10 @@ def step_flops(model, batch: dict, ttt: int) -> dict[str, float]:
     attention = 12 * heads * dim
     return {"dense": linears(n * ttt, n, n * ttt, n) + attention * dense_scores,
             "sparse": linears(chain, cut, head_rows, need) + attention * computed,
-            "useful": linears(chain - (cut - real), real, loss_rows, int(loss.sum())) + attention * kept,
+            # the issue's "useful": speculators' dense step without the attention its mask throws away
+            "useful": linears(n * ttt, n, n * ttt, n) + attention * kept,
+            # the least work that gives the same loss: what the block-sparse step does, padding and gathers aside
+            "needed": linears(chain - (cut - real), real, loss_rows, int(loss.sum())) + attention * kept,
             "documents": int(docs.max()) + 1, "loss_share": float(loss.float().mean()), "rows": n, "real": real}
 
 
@@ -109,14 +115,15 @@ def time_pair(data: Path, seq: int, ttt: int, steps: int, dtype: str, peak: floa
             if i:  # the first step warms up
                 times[name].append(record["seconds"])
     med = {name: statistics.median(t) for name, t in times.items()}
-    mean = {k: statistics.mean(f[k] for f in flops[1:]) for k in ("dense", "sparse", "useful", "documents",
-                                                                    "loss_share", "real")}
+    mean = {k: statistics.mean(f[k] for f in flops[1:]) for k in ("dense", "sparse", "useful", "needed",
+                                                                    "documents", "loss_share", "real")}
     return {"tokens": seq, "ttt_steps": ttt, "steps": steps, "dense_s": round(med["dense"], 3),
             "sparse_s": round(med["sparse"], 3), "speedup": round(med["dense"] / med["sparse"], 2),
             "dense_gflop": round(mean["dense"] / 1e9, 1), "sparse_gflop": round(mean["sparse"] / 1e9, 1),
-            "useful_gflop": round(mean["useful"] / 1e9, 1),
+            "useful_gflop": round(mean["useful"] / 1e9, 1), "needed_gflop": round(mean["needed"] / 1e9, 1),
             "useful_share_dense": round(mean["useful"] / med["dense"] / 1e9 / peak, 3),
             "useful_share_sparse": round(mean["useful"] / med["sparse"] / 1e9 / peak, 3),
+            "needed_share_sparse": round(mean["needed"] / med["sparse"] / 1e9 / peak, 3),
             "documents": round(mean["documents"], 1), "loss_share": round(mean["loss_share"], 2)}
 
 
@@ -198,7 +205,7 @@ def profile(data: Path, dtype: str, rows: int = 10) -> dict[str, list[dict]]:
     return out
 
 
-def curves(data: Path, steps: int, dtype: str, n_prompts: int = 32) -> dict:
+def curves(data: Path, steps: int, dtype: str, n_prompts: int = DEMO_LIKE["held_out"]) -> dict:
     """Both paths trained ``steps`` steps from the same start on the same batches: their loss curves, and τ
     (simulated, k 3, the bonus token counted) of each draft at the end on the data's held-out prompts, with the
     paired difference's 95 % interval (prompts resampled)."""
@@ -238,15 +245,15 @@ def curves(data: Path, steps: int, dtype: str, n_prompts: int = 32) -> dict:
 
 
 def demo_like_data(work: Path) -> Path:
-    out = work / "data"
-    build_dataset("smollm2", out, draft_vocab_size=VOCAB, held_out=8, dtype="native", progress=False, **DEMO_LIKE)
+    out = work / "data-{n_conversations}-{seq_length}-{held_out}".format(**DEMO_LIKE)
+    build_dataset("smollm2", out, draft_vocab_size=VOCAB, dtype="native", progress=False, **DEMO_LIKE)
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only the 1024-token, 3-TTT pair (under 3 minutes)")
-    ap.add_argument("--steps", type=int, default=6, help="timed steps a path and shape (after one warm-up step)")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps a path and shape (after one warm-up step)")
     ap.add_argument("--data", default=None, help="a data directory (default: a demo-like one built in --work)")
     ap.add_argument("--work", default="/tmp/eagle3kit-bench-train-step")
     ap.add_argument("--curves", type=int, default=0, help="also train both paths this many steps and compare")
@@ -260,7 +267,7 @@ def main() -> int:
     shapes = [(1024, 3)] if args.quick else [(seq, ttt) for seq in (512, 1024, 2048) for ttt in (1, 3, 7)]
     rows = []
     for seq, ttt in shapes:
-        rows.append(time_pair(data, seq, ttt, 4 if args.quick else args.steps, dtype, peak))
+        rows.append(time_pair(data, seq, ttt, 8 if args.quick else args.steps, dtype, peak))
         print(json.dumps(rows[-1]), flush=True)
     if args.quick:
         r = rows[0]
@@ -286,9 +293,10 @@ def report(result: dict) -> str:
         "# One training step: speculators' dense path against the block-sparse one (`bench/train_step.py`)", "",
         f"{m['cpus']} threads, {m['dtype']} (the dtype the step trains in on this CPU), torch {m['torch']}; this "
         f"CPU's {m['dtype']} matmul peak measured in the run: {m['matmul_peak_gflops']} GFLOP/s. Median seconds a step "
-        "(optimizer included) over interleaved steps; FLOPs a step per path and useful (linears on the documents' "
-        "rows, lm_head and loss on the loss rows, attention on the kept scores); useful share = useful FLOPs / "
-        "seconds / peak.", "",
+        "(optimizer included) over interleaved steps; FLOPs a step per path, useful (issue 47's count: "
+        "speculators' dense step without the attention its mask throws away) and needed (the least work for the "
+        "same loss: linears on the rows whose draft chain reaches a loss, lm_head and loss on the loss rows, "
+        "attention on the kept scores); a share = those FLOPs / the path's seconds / the peak.", "",
         markdown_table(pd.DataFrame(result["rows"])), "",
     ]
     if (1024, 3) in by and (2048, 3) in by:

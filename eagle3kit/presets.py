@@ -1,4 +1,5 @@
-"""Named parameter presets for the notebooks: ``ci`` (small budgets, real SmolLM2) and ``demo`` (the full run).
+"""Named parameter presets for the notebooks: ``ci`` (small budgets, real SmolLM2), ``demo`` (`make demo`) and ``full``
+(the demo with the recipe lab's point whose draft pays on an H100; not part of `make test`).
 
 A notebook parameter named like a field of :class:`DraftSpec` or :class:`TrainSettings` (``verifier``, ``ttt_steps``,
 ``lr``, ``total_seq_len`` ...) starts from that field's default (:func:`typed_defaults`); ``NOTEBOOKS[nn][preset]``
@@ -15,7 +16,8 @@ from eagle3kit.draft.config import DraftSpec
 from eagle3kit.errors import UserError
 from eagle3kit.train.session import TrainSettings
 
-NAMES = ("ci", "demo")
+NAMES = ("ci", "demo", "full")
+BASED_ON = {"full": "demo"}  # a preset that only changes some values of another: the rest come from it
 
 NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "01": {
@@ -82,4 +84,5 @@ def parameters(preset: str, notebook: str) -> dict[str, object]:
     if preset not in NAMES:
         raise UserError(f"Unknown preset {preset!r}; use one of {', '.join(NAMES)} "
                         f"(e.g. eagle3kit run-notebooks --preset {NAMES[0]}).")
-    return dict(NOTEBOOKS.get(notebook, {}).get(preset, {}))
+    own = dict(NOTEBOOKS.get(notebook, {}).get(preset, {}))
+    return {**parameters(BASED_ON[preset], notebook), **own} if preset in BASED_ON else own
