@@ -361,6 +361,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=5.0, help="minutes of data + training per recipe")
     ap.add_argument("--only", default="", help="recipe names, comma-separated (default: all)")
+    ap.add_argument("--skip", default="", help="recipe names left out, comma-separated, each with why after a colon "
+                    "(NAME:WHY,NAME:WHY): recorded in the results' context and the report")
     ap.add_argument("--check", type=float, default=10.0, help="the second budget the strongest levers run at")
     ap.add_argument("--check-top", type=int, default=3, help="how many levers (by held-out Δ) --check reruns")
     ap.add_argument("--frontier", default="", help="budgets (minutes) to run --best at, comma-separated")
@@ -386,7 +388,9 @@ def main() -> int:
                 print(f"{r.name}: data {seconds / 60:.2f} min, a step {runner.seconds_per_step(r, data_dir):.3f} s",
                       flush=True)
         return 0
-    rows = [x for r in RECIPES if not args.only or r.name in args.only.split(",") if (x := attempt(runner, r))]
+    skipped = dict(part.split(":", 1) if ":" in part else (part, "") for part in args.skip.split(",") if part)
+    chosen = [r for r in RECIPES if (not args.only or r.name in args.only.split(",")) and r.name not in skipped]
+    rows = [x for r in chosen if (x := attempt(runner, r))]
     for row in rows:
         print(recipes.LabRow.from_result(row).name, row["steps"], "steps", flush=True)
     checks = []
@@ -402,7 +406,8 @@ def main() -> int:
         frontier = [runner.run(scaled(best, float(b) / args.budget) if args.scale_data else best, float(b))
                     for b in args.frontier.split(",")]
     context = {"round": 2, "budget": args.budget, "check": args.check, "machine": machine(),
-               "regeneration": regeneration_summary()}
+               "regeneration": regeneration_summary(), "not_run": skipped,
+               "failed": {r.name: failures[r.name] for r in chosen if r.name in failures}}
     for key, chosen in (("demo", args.demo), ("full", args.full)):
         if chosen:
             context[key] = demo_view(chosen, args.budget, rows + frontier)
@@ -421,23 +426,34 @@ def main() -> int:
     return 0
 
 
+failures: dict[str, str] = {}  # recipe name -> why it failed (recorded in the results' context)
+
+
 def attempt(runner: LabRunner, r: Recipe, budget: float | None = None) -> dict | None:
-    """One recipe's result, or None (its failure printed) so that the others run."""
+    """One recipe's result, or None (its failure printed and kept in ``failures``) so that the others run."""
+    t0 = time.perf_counter()
     try:
-        return runner.run(r, budget)
+        out = runner.run(r, budget)
+        print(f"{r.name}@{budget or runner.budget:g}: {time.perf_counter() - t0:.0f} s", flush=True)
+        return out
     except Exception as exc:
-        print(f"{r.name}: failed: {type(exc).__name__}: {exc}", flush=True)
+        failures[r.name] = f"{type(exc).__name__}: {exc}"
+        print(f"{r.name}: failed: {failures[r.name]}", flush=True)
         return None
 
 
 def report(lab: recipes.Lab, context: dict, round1: dict) -> str:
     """bench/results/recipe.md: the round-2 rows, the checks at the second budget, the frontier beside round 1's."""
-    shown = {k: v for k, v in context.items() if k != "regeneration"}
+    shown = {k: v for k, v in context.items() if k not in ("regeneration", "not_run", "failed")}
     md = ["# The recipe lab (`bench/recipe.py`), round 2", "",
           f"Context: {json.dumps(shown)}. τ: mean over prompts with a 95 % bootstrap interval (greedy, 64 new "
           f"tokens, the bonus token counted; k = 3, and k = 5 in the `k5` columns); Δ: paired over the same prompts "
           f"against `{recipes.REFERENCE}` at the same budget. Every row trains on the block-sparse step.", "",
           markdown_table(recipes.table(lab.rows))]
+    for key, title in (("not_run", "Not run here"), ("failed", "Failed")):
+        if context.get(key):
+            md += ["", f"{title}: " + "; ".join(f"`{n}` ({why})" if why else f"`{n}`"
+                                              for n, why in context[key].items()) + "."]
     if lab.checks:
         md += ["", f"## The strongest levers again at {context['check']:g} CPU minutes", "",
                markdown_table(recipes.table(lab.checks)), "",

@@ -112,5 +112,5 @@ def test_masks_command_prints_stats_and_writes_a_png(tmp_path, capsys):
 def test_notebook_03_declares_the_preset_parameters():
     declared = declared_parameters(NOTEBOOK_DIR / "03_blockmask_patterns.ipynb")
     for preset in presets.NAMES:
-        assert set(presets.NOTEBOOKS["03"][preset]) <= declared
+        assert set(presets.parameters(preset, "03")) <= declared
     assert {"workdir", "seed", "verifier"} <= declared
