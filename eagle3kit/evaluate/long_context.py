@@ -2,9 +2,9 @@
 
 Drafts are trained on short packs and served on long chats; speculators issue 684 measured τ 2.30 at 2k tokens and
 1.08 at 20k. This set asks the verifier to answer multi-turn ShareGPT histories cut at a user turn, in buckets of
-context length: 256, 1k, 2k, 4k tokens and the verifier's limit (its ``max_position_embeddings`` less the reply's
-room: 8k for SmolLM2). A prompt of bucket ``L`` holds between :data:`MIN_FILL` · L and L tokens, chat template
-included; a long document pasted into a user turn counts as it comes.
+context length: 256, 1k, 2k, 4k tokens and the verifier's limit (its ``max_position_embeddings``: 8k for SmolLM2). A
+prompt of bucket ``L`` holds between :data:`MIN_FILL` · L and L tokens, chat template included (at the limit, the
+reply's room less); a long document pasted into a user turn counts as it comes.
 
 Held out: the histories come from the *end* of ShareGPT's seed-0 order, while every eagle3kit data build (the presets,
 the recipe lab) takes its conversations from the start of an order; with a data directory
@@ -14,6 +14,7 @@ conversation gives one prompt at most.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Sequence
@@ -30,9 +31,10 @@ from eagle3kit.evaluate.decode import aux_hidden_states
 BUCKETS = (256, 1024, 2048, 4096)  # context lengths (tokens); the verifier's limit is the last bucket
 PER_BUCKET = 6  # prompts a bucket holds (the full curve; --n-prompts takes fewer, the buckets in turn)
 MIN_FILL = 0.75  # a prompt of bucket L holds at least this share of L tokens
-REPLY_ROOM = 64  # tokens left under the verifier's limit for the reply (the last bucket is limit - REPLY_ROOM)
+REPLY_ROOM = 64  # tokens left under the verifier's limit for the reply, at least
 KEY_CHARS = 64  # a conversation is named by the first characters of its first user turn (whitespace collapsed)
 SOURCE_SEED = 0  # the order whose end the histories come from
+CHARS_PER_TOKEN = 2  # a conversation is tokenized for a bucket only with this many characters a token it needs
 
 
 def label(length: int) -> str:
@@ -40,13 +42,10 @@ def label(length: int) -> str:
     return f"{length // 1024}k" if length >= 1024 and length % 1024 == 0 else str(length)
 
 
-def buckets(limit: int, reply_room: int = REPLY_ROOM) -> list[int]:
-    """The context lengths measured under a verifier whose positions end at ``limit``: :data:`BUCKETS` that fit,
-    then ``limit - reply_room`` rounded down to a multiple of 1024 when it is longer than the last of them."""
-    room = limit - reply_room
-    out = [b for b in BUCKETS if b <= room]
-    last = room // 1024 * 1024 if room >= 1024 else room
-    return out + [last] if last > (out[-1] if out else 0) else out
+def buckets(limit: int) -> list[int]:
+    """The context lengths measured under a verifier whose positions end at ``limit``: :data:`BUCKETS` below it,
+    then ``limit`` itself."""
+    return [b for b in BUCKETS if b < limit] + [limit]
 
 
 def key(text: str) -> str:
@@ -77,43 +76,73 @@ def training_prompts(data_dir: str | os.PathLike) -> set[str]:
     return out
 
 
-def _prefix_lengths(tokenizer, turns: list[dict], longest: int) -> list[tuple[int, int]]:
-    """(end, tokens) of each prefix ``turns[:end]`` that ends with a user turn, until one is longer than
-    ``longest``."""
-    out = []
-    for end in range(1, len(turns) + 1):
-        if turns[end - 1]["role"] != "user" or not turns[end - 1]["content"].strip():
+def _history(tokenizer, turns: list[dict], low: int, high: int) -> tuple[dict, ...] | None:
+    """The longest prefix of ``turns`` that ends with a user turn and renders (chat template included) to between
+    ``low`` and ``high`` tokens; else the first prefix that renders past ``high``, with its last user turn cut at
+    the front to fit (a long document keeps its end, where the question is); None when neither reaches ``low``.
+    Lengths are estimated from each turn's own tokens, then the chosen prefix is rendered exactly."""
+    chars = itertools.accumulate(len(t["content"]) for t in turns)
+    reach = next((n for n, c in enumerate(chars, 1) if c > 8 * high), len(turns))  # a token has < 8 characters
+    turns = turns[:reach]
+    sizes = [len(ids) for ids in tokenizer([t["content"] for t in turns], add_special_tokens=False)["input_ids"]]
+    overhead = len(template_ids(tokenizer, turns[:1])) - sizes[0]  # template tokens around the first turn
+    total, best = 0, None
+    for end, (turn, size) in enumerate(zip(turns, sizes, strict=True), 1):
+        total += size + overhead
+        if turn["role"] != "user" or not turn["content"].strip():
             continue
-        n = len(template_ids(tokenizer, turns[:end]))
-        out.append((end, n))
-        if n > longest:
+        if total > high:
+            return _cut(tokenizer, turns[:end], low, high) if best is None else best
+        if total >= low:
+            exact = len(template_ids(tokenizer, turns[:end]))
+            if low <= exact <= high:
+                best = tuple(turns[:end])
+    return best
+
+
+def _cut(tokenizer, turns: list[dict], low: int, high: int) -> tuple[dict, ...] | None:
+    """``turns`` with its last (user) turn cut at the front so that the whole renders to at most ``high`` tokens."""
+    ids = tokenizer(turns[-1]["content"], add_special_tokens=False)["input_ids"]
+    for _ in range(3):  # the cut text re-tokenizes a little differently: shrink until it fits
+        over = len(template_ids(tokenizer, turns)) - high
+        if over <= 0:
             break
-    return out
+        ids = ids[over + 8:]
+        if not ids:
+            return None
+        turns = [*turns[:-1], {**turns[-1], "content": tokenizer.decode(ids)}]
+    n = len(template_ids(tokenizer, turns))
+    return tuple(turns) if low <= n <= high else None
 
 
 def long_context_set(tokenizer, limit: int, per_bucket: int = PER_BUCKET, exclude: set[str] | frozenset = frozenset(),
-                     conversations: Sequence | None = None) -> list[BenchPrompt]:
-    """``per_bucket`` histories for each of :func:`buckets` (``limit``: the verifier's positions), from
-    ``conversations`` (default: ShareGPT V3) taken from the end of their seed-0 order, none whose first user turn's
-    :func:`key` is in ``exclude``. Fewer when the source runs out (every bucket is asked for first)."""
+                     conversations: Sequence | None = None, reply_room: int = REPLY_ROOM) -> list[BenchPrompt]:
+    """``per_bucket`` histories for each of :func:`buckets` (``limit``: the verifier's positions, of which
+    ``reply_room`` stay free for the reply), from ``conversations`` (default: ShareGPT V3) taken from the end of their
+    seed-0 order, none whose first user turn's :func:`key` is in ``exclude``. Fewer when the source runs out."""
     from eagle3kit.data import conversations as conv
+    from eagle3kit.logs import quiet
 
     lengths = buckets(limit)
+    cap = {b: min(b, limit - max(reply_room, REPLY_ROOM)) for b in lengths}
     found: dict[int, list[BenchPrompt]] = {b: [] for b in lengths}
-    source = conv.read(None) if conversations is None else list(conversations)
-    for turns in reversed(list(conv.ordered(source, SOURCE_SEED))):
+    with quiet(stdout=True):  # speculators' normaliser names every unknown ShareGPT role it maps
+        source = conv.read(None) if conversations is None else list(conversations)
+        ordered = list(conv.ordered(source, SOURCE_SEED))
+    for turns in reversed(ordered):
         open_ = [b for b in reversed(lengths) if len(found[b]) < per_bucket]
         if not open_:
             break
         first = next((t["content"] for t in turns if t["role"] == "user"), "")
-        if key(first) in exclude or sum(len(t["content"]) for t in turns) < MIN_FILL * min(open_):
-            continue  # ~3-4 characters a token: too short for any open bucket
-        prefixes = _prefix_lengths(tokenizer, turns, max(open_))
-        for b in open_:
-            fits = [end for end, n in prefixes if MIN_FILL * b <= n <= b]
-            if fits:
-                found[b].append(BenchPrompt(f"{NAME}/{label(b)}/{len(found[b])}", label(b),
-                                            tuple(turns[:fits[-1]])))
+        chars = sum(len(t["content"]) for t in turns)
+        if key(first) in exclude:
+            continue
+        for b in open_:  # the longest open bucket it can fill
+            if chars < CHARS_PER_TOKEN * MIN_FILL * b:
+                continue  # too short to be worth tokenizing for this bucket
+            history = _history(tokenizer, turns, int(MIN_FILL * b), cap[b])
+            if history is not None:
+                found[b].append(BenchPrompt(f"{NAME}/{label(b)}/{len(found[b])}", label(b), history))
                 break
     return [p for b in lengths for p in found[b]]
 

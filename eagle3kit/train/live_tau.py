@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-
-from eagle3kit.evaluate import acceptance as ev
-from eagle3kit.evaluate.conventions import TAU_LABEL
 from eagle3kit.evaluate.defaults import MAX_PROMPT_TOKENS
 from eagle3kit.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 EVERY = 10  # the default frequency: a measurement every this many steps (bench/live_tau.py measures its cost)
 PROMPTS = 4  # held-out prompts measured
@@ -34,7 +34,7 @@ class LiveTau:
     conts: list[list[int]]
     k: int
     every: int = EVERY
-    states: ev.VerifierStates = field(default_factory=dict)
+    states: dict = field(default_factory=dict)  # the verifier's hidden states (acceptance.VerifierStates)
 
     @classmethod
     def for_session(cls, session, every: int = EVERY, n_prompts: int = PROMPTS, max_new_tokens: int = NEW_TOKENS,
@@ -42,6 +42,7 @@ class LiveTau:
         """The first ``n_prompts`` held-out prompts of the session's data directory (its held-out conversations, or
         for a directory speculators made, its validation rows), the session's verifier and TTT steps."""
         from eagle3kit.data.loader import held_out_conversations, held_out_prompt_ids
+        from eagle3kit.evaluate import acceptance as ev
         from eagle3kit.verifier import load_model, load_tokenizer
 
         if every < 1:
@@ -59,6 +60,8 @@ class LiveTau:
 
     def measure(self, draft) -> dict[str, float]:
         """The draft's τ on the prompts (eval mode, no_grad; its training mode restored), and the seconds it took."""
+        from eagle3kit.evaluate import acceptance as ev
+
         t0, was_training = time.perf_counter(), draft.training
         draft.eval()
         try:
@@ -69,6 +72,8 @@ class LiveTau:
         return {TAU: ev.merge(parts).tau, TAU_SECONDS: time.perf_counter() - t0}
 
     def describe(self) -> str:
+        from eagle3kit.evaluate.conventions import TAU_LABEL
+
         return (f"{TAU_LABEL}, simulated on {len(self.prompts)} held-out prompts ({sum(map(len, self.conts))} reply "
                 f"tokens), every {self.every} steps")
 
