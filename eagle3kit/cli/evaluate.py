@@ -82,17 +82,14 @@ def _evaluate_bench(args: argparse.Namespace, model, tok, drafts: dict, k: int, 
     """``evaluate --bench``: each set scored per category by simulation, every draft on the same continuations; the
     long-context set also as the curve of τ against context length."""
     from eagle3kit.evaluate import long_context, scores
-    from eagle3kit.evaluate.benchmarks import render
 
     results, shown, states = {}, {}, {}
     for name, prompts in bench_sets(args, tok, model.config.max_position_embeddings).items():
-        ids, conts = render(tok, prompts, model), None
         if name == LONG_CONTEXT:
-            layers = next(iter(drafts.values())).config.eagle_aux_hidden_state_layer_ids
-            conts = long_context.continuations_with_states(model, ids, args.max_new_tokens, tok.eos_token_id, layers,
-                                                           states)
-        ids, conts, records = scores.simulated_scores(model, tok, drafts, prompts, args.max_new_tokens, k,
-                                                      conts=conts, ids=ids, states=states)
+            ids, conts, records = long_context.score(model, drafts, tok, prompts, args.max_new_tokens, k, states)
+        else:
+            ids, conts, records = scores.simulated_scores(model, tok, drafts, prompts, args.max_new_tokens, k,
+                                                          states=states)
         by_draft = {_name(path): r for path, r in records.items()}
         print_scores(name, scores.score_table(by_draft), k, args, verifier)
         if name == LONG_CONTEXT:

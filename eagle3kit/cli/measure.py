@@ -31,6 +31,9 @@ def measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=defaults.MAX_NEW_TOKENS,
                    help=f"greedy tokens per prompt (default: {defaults.MAX_NEW_TOKENS})")
     p.add_argument("--k", type=int, default=defaults.K, help="draft tokens per round (0: the draft's ttt_steps)")
+    p.add_argument("--longest", type=int, default=None, metavar="TOKENS",
+                   help=f"with --bench {LONG_CONTEXT}: measure context lengths up to this many tokens (default: the "
+                   "verifier's limit)")
 
 
 def _conversations(args: argparse.Namespace) -> list:
@@ -82,8 +85,13 @@ def bench_sets(args: argparse.Namespace, tokenizer, limit: int | None = None) ->
             from eagle3kit.evaluate import long_context
 
             exclude = long_context.training_prompts(args.data) if args.data else set()
-            per_bucket = -(-args.n_prompts // len(long_context.buckets(limit))) if args.n_prompts else None
-            prompts = long_context.long_context_set(tokenizer, limit, per_bucket or long_context.PER_BUCKET, exclude)
+            lengths = [b for b in long_context.buckets(limit) if b <= (args.longest or limit)]
+            if not lengths:
+                raise UserError(f"--longest {args.longest} is shorter than the shortest context measured "
+                                f"({long_context.BUCKETS[0]} tokens).")
+            per_bucket = -(-args.n_prompts // len(lengths)) if args.n_prompts else long_context.PER_BUCKET
+            prompts = long_context.long_context_set(tokenizer, limit, per_bucket, exclude,
+                                                    reply_room=args.max_new_tokens, lengths=lengths)
             sets[name] = benchmarks.balanced(prompts, args.n_prompts)
         elif name == HELD_OUT:
             held = benchmarks.held_out_set(held_out_conversations(args.data), args.n_prompts or defaults.N_PROMPTS)

@@ -60,32 +60,47 @@ class Fall:
 
     trained_length: int
     inside: float
-    inside_at: int  # the longest bucket within the training length
-    past: float
-    past_at: int  # the shortest bucket past it that was measured
+    inside_at: int  # the longest length measured within the training length
+    past: float  # mean over the prompts of every length measured past it
+    past_at: tuple[int, int]  # the shortest and longest of those lengths
 
     @property
     def falls(self) -> bool:
         return self.past - 1 < FALL_SHARE * (self.inside - 1) and self.inside - self.past >= MIN_DROP
 
+    @property
+    def _past_lengths(self) -> str:
+        first, last = self.past_at
+        return f"{first} tokens" if first == last else f"{first} to {last} tokens"
+
+    def describe(self) -> str:
+        """Both numbers, whether or not τ falls."""
+        verdict = "falls" if self.falls else "holds"
+        return (f"{TAU_LABEL} {self.inside:.2f} at {self.inside_at} tokens of context (within the "
+                f"{self.trained_length} the draft was trained at), {self.past:.2f} at {self._past_lengths}: it "
+                f"{verdict} past the training length.")
+
     def line(self, sliding_window: int | None = None) -> str:
         """The doctor's sentence when τ falls (empty otherwise): the two lengths, the two τ, what to change."""
         if not self.falls:
             return ""
-        window = (f" or keep the draft's sliding window within it (--sliding-window {self.trained_length}; it is "
+        window = (f", or keep the draft's sliding window within it (--sliding-window {self.trained_length}; it is "
                   f"{sliding_window})" if sliding_window and sliding_window > self.trained_length else "")
+        longest = self.past_at[1]
         return (f"τ falls past the training length: {TAU_LABEL} {self.inside:.2f} at {self.inside_at} tokens of "
-                f"context, within the {self.trained_length} the draft was trained on, but {self.past:.2f} at "
-                f"{self.past_at} tokens. Train on sequences as long as the contexts it will serve (`eagle3kit data "
-                f"--seq-length {self.past_at}` and `train --total-seq-len {self.past_at}`){window}.")
+                f"context, within the {self.trained_length} the draft was trained at, but {self.past:.2f} at "
+                f"{self._past_lengths}. Train on sequences as long as the contexts it will serve (`eagle3kit data "
+                f"--seq-length {longest}` and `train --total-seq-len {longest}`){window}.")
 
 
 def fall(table: pd.DataFrame, trained_length: int) -> Fall | None:
-    """τ at the longest bucket within ``trained_length`` against the shortest bucket past it (None when the
-    table has no bucket on one side)."""
+    """τ at the longest length within ``trained_length`` against τ over every length past it (the mean over their
+    prompts); None when the table has no length on one side."""
     inside = table[table["tokens"] <= trained_length]
-    past = table[table["tokens"] > trained_length]
+    past = table[(table["tokens"] > trained_length) & (table["prompts"] > 0)]
     if inside.empty or past.empty:
         return None
-    a, b = inside.iloc[-1], past.iloc[0]
-    return Fall(trained_length, float(a["tau"]), int(a["tokens"]), float(b["tau"]), int(b["tokens"]))
+    a = inside.iloc[-1]
+    tau = float((past["tau"] * past["prompts"]).sum() / past["prompts"].sum())
+    return Fall(trained_length, float(a["tau"]), int(a["tokens"]), tau,
+                (int(past["tokens"].iloc[0]), int(past["tokens"].iloc[-1])))

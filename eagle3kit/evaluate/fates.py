@@ -120,3 +120,9 @@ def views_of(verifier, draft, prompts: list[BenchPrompt], ids: list[list[int]], 
         views.append(PromptView(p.id, p.category, list(prompt), fates_of(tokens, sequence, len(prompt), k), k,
                                 vllm[0][i] if vllm else None, list(vllm[1][i]) if vllm else None))
     return views
+
+
+def same_counts(views: list[PromptView], records: list) -> int:
+    """How many views count exactly the rounds and accepted tokens of the matching per-prompt records
+    (:class:`~eagle3kit.evaluate.scores.PromptScore`: what ``evaluate`` and notebook 06 scored)."""
+    return sum((v.rounds, v.accepted) == (r.rounds, r.accepted) for v, r in zip(views, records, strict=True))

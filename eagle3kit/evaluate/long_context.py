@@ -116,14 +116,16 @@ def _cut(tokenizer, turns: list[dict], low: int, high: int) -> tuple[dict, ...] 
 
 
 def long_context_set(tokenizer, limit: int, per_bucket: int = PER_BUCKET, exclude: set[str] | frozenset = frozenset(),
-                     conversations: Sequence | None = None, reply_room: int = REPLY_ROOM) -> list[BenchPrompt]:
+                     conversations: Sequence | None = None, reply_room: int = REPLY_ROOM,
+                     lengths: Sequence[int] | None = None) -> list[BenchPrompt]:
     """``per_bucket`` histories for each of :func:`buckets` (``limit``: the verifier's positions, of which
-    ``reply_room`` stay free for the reply), from ``conversations`` (default: ShareGPT V3) taken from the end of their
-    seed-0 order, none whose first user turn's :func:`key` is in ``exclude``. Fewer when the source runs out."""
+    ``reply_room`` stay free for the reply; ``lengths``: other context lengths instead), from ``conversations``
+    (default: ShareGPT V3) taken from the end of their seed-0 order, none whose first user turn's :func:`key` is in
+    ``exclude``. Fewer when the source runs out."""
     from eagle3kit.data import conversations as conv
     from eagle3kit.logs import quiet
 
-    lengths = buckets(limit)
+    lengths = sorted(set(lengths)) if lengths else buckets(limit)
     cap = {b: min(b, limit - max(reply_room, REPLY_ROOM)) for b in lengths}
     found: dict[int, list[BenchPrompt]] = {b: [] for b in lengths}
     with quiet(stdout=True):  # speculators' normaliser names every unknown ShareGPT role it maps
@@ -177,3 +179,18 @@ def continuations_with_states(verifier, ids: Sequence[Sequence[int]], max_new_to
     eos = set([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id or [])
     return [continue_with_states(verifier, p, max_new_tokens, eos, aux_layer_ids, states)
             for p in tqdm(ids, desc="long-context replies", disable=not progress)]
+
+
+def score(verifier, drafts: dict, tokenizer, prompts: list[BenchPrompt], max_new_tokens: int, k: int,
+          states: VerifierStates | None = None, progress: bool = True) -> tuple[list[list[int]], list[list[int]], dict]:
+    """Each named draft's per-prompt records on the set: the verifier's replies and its hidden states in one pass
+    (:func:`continuations_with_states`, the first draft's aux layers), then the drafts alone
+    (:func:`eagle3kit.evaluate.scores.simulated_scores`). Returns (prompt ids, continuations, {draft: records})."""
+    from eagle3kit.evaluate.benchmarks import render
+    from eagle3kit.evaluate.scores import simulated_scores
+
+    states = {} if states is None else states
+    ids = render(tokenizer, prompts)
+    layers = next(iter(drafts.values())).config.eagle_aux_hidden_state_layer_ids
+    conts = continuations_with_states(verifier, ids, max_new_tokens, tokenizer.eos_token_id, layers, states, progress)
+    return simulated_scores(verifier, tokenizer, drafts, prompts, max_new_tokens, k, progress, conts, ids, states)

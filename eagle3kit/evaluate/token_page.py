@@ -136,3 +136,16 @@ def comparison_table(views: Sequence[PromptView]) -> pd.DataFrame:
              f"{TAU_LABEL} vLLM": round(v.vllm_tau, 3), "same output": v.vllm_same_output,
              "same counts": v.vllm_histogram == v.histogram()} for v in views if v.vllm_tau is not None]
     return pd.DataFrame(rows)
+
+
+def vllm_line(views: Sequence[PromptView]) -> str:
+    """Where vLLM's per-request counts were kept: on how many prompts its output with the draft equals the simulated
+    reply, and on how many of those the rounds-by-accepted counts agree (empty when vLLM did not run)."""
+    ran = [v for v in views if v.vllm_tau is not None]
+    if not ran:
+        return ""
+    same = [v for v in ran if v.vllm_same_output]
+    agree = sum(v.vllm_histogram == v.histogram() for v in same)
+    return (f"vLLM beside the simulation, {len(ran)} prompts: its output with the draft equals the simulated reply on "
+            f"{len(same)}; on those, its per-request counts (rounds by accepted tokens) equal the simulation's on "
+            f"{agree}. Where the outputs differ, the two walked different replies (a floating-point near tie).")
