@@ -1,7 +1,7 @@
 """What τ live while training costs: the share of the training minutes that ``TrainSession.track_tau`` (the stepper's
 and ``eagle3kit train --eval-every``'s measurement) adds at its default frequency, in one run.
 
-    .venv/bin/python bench/live_tau.py [--data DIR] [--steps 40] [--every 10] [--threads 2]
+    .venv/bin/python bench/live_tau.py [--data DIR] [--steps 56] [--every 10] [--threads 2] [--export DIR]
 
 The demo's recipe (SmolLM2, 1024-token packs, draft vocab 2048, warm start from the last layer, hidden states in bf16
 where the CPU has it) trains ``--steps`` steps with τ measured every ``--every``; the steps and the measurements are
@@ -37,10 +37,11 @@ DATA = Path.home() / ".cache" / "eagle3kit" / "bench-live-tau-data"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None, metavar="DIR")
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=56, help="steps trained (the demo's 28 + 28)")
     ap.add_argument("--every", type=int, default=live_tau.EVERY)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--export", default=None, metavar="DIR", help="also export the draft trained (speculators format)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = args.data or DATA
@@ -86,6 +87,8 @@ def main() -> int:
              f"training. τ measured: {result['taus']}.", ""]
     write_text(out / "live_tau.md", "\n".join(lines))
     print("\n".join(lines))
+    if args.export:
+        print(f"exported: {session.export(args.export)}")
     return 0
 
 

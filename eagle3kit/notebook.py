@@ -109,8 +109,8 @@ def scored_by_06(workdir: str | os.PathLike, verifier: str, fallback_steps: int,
                  n_bench_prompts: int, max_new_tokens: int, seed: int = 0) -> Scored:
     """Notebook 06's export and what it scored (:data:`SCORED_06`), nothing made again; when 06 did not run in
     ``workdir``, a draft trained here for ``fallback_steps`` steps (05's session continued when there, else one on
-    :func:`training_data` from the verifier's last layer), its held-out prompts and ``n_bench_prompts`` of ``bench`` with the verifier's
-    continuations. Models are loaded quietly (no progress bars)."""
+    :func:`training_data` from the verifier's last layer), its held-out prompts and ``n_bench_prompts`` of ``bench``
+    with the verifier's continuations. Models are loaded quietly (no progress bars)."""
     from eagle3kit.evaluate.export import reload
     from eagle3kit.evaluate.scored import read_scored
     from eagle3kit.logs import quiet

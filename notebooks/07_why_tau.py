@@ -160,8 +160,8 @@ else:
 # %%
 exclude = long_context.training_prompts(run.data_dir) if run.data_dir else set()
 limit = run.verifier.config.max_position_embeddings
-prompts = [p for p in long_context.long_context_set(tokenizer, limit, context_per_bucket, exclude)
-           if context_curve.bucket_length(p.category) <= context_longest]
+lengths = [b for b in long_context.buckets(limit) if b <= context_longest]
+prompts = long_context.long_context_set(tokenizer, limit, context_per_bucket, exclude, lengths=lengths)
 _ids, _conts, records = long_context.score(run.verifier, {"draft": draft}, tokenizer, prompts, context_new_tokens, k,
                                            views.states, progress=False)
 curve = context_curve.curve_table(records["draft"])

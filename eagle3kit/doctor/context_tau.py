@@ -1,5 +1,5 @@
 """Does τ fall past the length the draft was trained at? ``doctor --why-tau`` measures the draft on held-out long
-contexts (:mod:`eagle3kit.evaluate.long_context`) at its training length and at two and four times it (within the
+contexts (:mod:`eagle3kit.evaluate.long_context`) at its training length and at twice it (within the
 verifier's limit), and says so with the two lengths and what to change (:class:`eagle3kit.evaluate.context_curve.Fall`).
 
 The training length comes from the draft's folder (:func:`eagle3kit.doctor.draft_loader.trained_length`: eagle3kit's
@@ -14,7 +14,7 @@ from eagle3kit.doctor.draft_loader import trained_length
 from eagle3kit.evaluate import context_curve, long_context
 
 PROMPTS = 2  # held-out long contexts at each length
-PAST = (2, 4)  # the lengths past training measured, as multiples of the training length
+PAST = (2,)  # the lengths past training measured, as multiples of the training length
 NEW_TOKENS = 32  # the verifier's reply to each
 
 

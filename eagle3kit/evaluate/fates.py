@@ -101,6 +101,15 @@ class PromptView:
         return 1.0 + sum(j * n for j, n in enumerate(h)) / sum(h)
 
     @property
+    def vllm_counts_agree(self) -> bool | None:
+        """vLLM's rounds by accepted tokens equal the simulation's (None: vLLM did not run)."""
+        if self.vllm_histogram is None:
+            return None
+        mine, theirs = self.histogram(), list(self.vllm_histogram)
+        width = max(len(mine), len(theirs))
+        return mine + [0] * (width - len(mine)) == theirs + [0] * (width - len(theirs))
+
+    @property
     def vllm_same_output(self) -> bool | None:
         """vLLM's output with the draft equals the reply simulated here (None: vLLM did not run)."""
         return None if self.vllm_output is None else list(self.vllm_output) == self.reply

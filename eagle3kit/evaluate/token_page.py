@@ -65,7 +65,7 @@ def numbers_line(view: PromptView) -> str:
     line = (f"{TAU_LABEL} {view.tau:.3f} = 1 + {view.accepted} accepted / {view.rounds} rounds (k = {view.k}; "
             f"accepted by depth {view.by_depth()})")
     if view.vllm_tau is not None:
-        same, agree = view.vllm_same_output, view.vllm_histogram == view.histogram()
+        same, agree = view.vllm_same_output, view.vllm_counts_agree
         line += (f"; vLLM's per-request counters: τ {view.vllm_tau:.3f}, rounds by accepted {view.vllm_histogram} "
                  f"(simulated {view.histogram()}); vLLM's output {'equals' if same else 'differs from'} this reply, "
                  f"the counts {'agree' if agree else 'differ'}")
@@ -134,7 +134,7 @@ def comparison_table(views: Sequence[PromptView]) -> pd.DataFrame:
     equals the simulated reply and whether the rounds-by-accepted counts agree."""
     rows = [{"prompt": v.id, "category": v.category, f"{TAU_LABEL} simulated": round(v.tau, 3),
              f"{TAU_LABEL} vLLM": round(v.vllm_tau, 3), "same output": v.vllm_same_output,
-             "same counts": v.vllm_histogram == v.histogram()} for v in views if v.vllm_tau is not None]
+             "same counts": v.vllm_counts_agree} for v in views if v.vllm_tau is not None]
     return pd.DataFrame(rows)
 
 
@@ -145,7 +145,7 @@ def vllm_line(views: Sequence[PromptView]) -> str:
     if not ran:
         return ""
     same = [v for v in ran if v.vllm_same_output]
-    agree = sum(v.vllm_histogram == v.histogram() for v in same)
+    agree = sum(bool(v.vllm_counts_agree) for v in same)
     return (f"vLLM beside the simulation, {len(ran)} prompts: its output with the draft equals the simulated reply on "
             f"{len(same)}; on those, its per-request counts (rounds by accepted tokens) equal the simulation's on "
             f"{agree}. Where the outputs differ, the two walked different replies (a floating-point near tie).")
