@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import threading
 import warnings
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from loguru import logger
 from transformers.utils import logging as hf_logging
 
-QUIET_LOGGERS = ("speculators",)  # loguru names that only narrate
+QUIET_LOGGERS = ("speculators",)  # loguru names (and standard logging's: its data pipeline) that only narrate
 
 
 class _Silencer:
@@ -29,6 +30,7 @@ class _Silencer:
         self.depth = 0
         self.verbosity = hf_logging.WARNING
         self.bars = True
+        self.levels: dict[str, int] = {}
 
     def enter(self) -> None:
         with self.lock:
@@ -36,6 +38,8 @@ class _Silencer:
                 self.verbosity, self.bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
                 for name in QUIET_LOGGERS:
                     logger.disable(name)
+                    self.levels[name] = logging.getLogger(name).level
+                    logging.getLogger(name).setLevel(logging.ERROR)
                 hf_logging.set_verbosity_error()
                 hf_logging.disable_progress_bar()
             self.depth += 1
@@ -49,6 +53,7 @@ class _Silencer:
                     hf_logging.enable_progress_bar()
                 for name in QUIET_LOGGERS:
                     logger.enable(name)
+                    logging.getLogger(name).setLevel(self.levels.get(name, logging.NOTSET))
 
 
 _SILENCER = _Silencer()

@@ -49,7 +49,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "05": {
         "ci": {"total_seq_len": 384, "max_steps": 40, "warm_start_layer": -1,
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
-               "rehearse_ranks": 2, "rehearse_steps": 3},
+               "rehearse_ranks": 2, "rehearse_steps": 3, "tau_every": 2},
         # demo training budget, shared with 06 (which resumes this session): 28 steps here + 28 in 06 = the 56 steps
         # the lab's 2.5-minute point trained, 1024 tokens a step, bf16 autocast where the CPU has it ("native"; ~0.75 s
         # a step on a 2-core AVX512-BF16 EPYC, ~1.4x float32), from the verifier's last layer
@@ -68,6 +68,14 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "demo": {"resume_from_05": True, "train_steps": 28, "n_prompts": 16, "n_decode_prompts": 1,
                  "max_new_tokens": 64, "bench_simulated": False,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
+    },
+    "07": {
+        # reuses 06's draft and replies: only the views it shows, the class counts and the context curve cost time
+        "ci": {"n_class_prompts": 2, "context_per_bucket": 1, "context_longest": 1024, "context_new_tokens": 16,
+               "fallback_steps": 3, "fallback_prompts": 2, "max_new_tokens": 16},
+        # demo: 8 prompts of each set counted by class; 2 long-context prompts at 256, 1k and 2k tokens (the draft
+        # trains on 1024-token packs with a 2048-token window: both marks inside the measured range)
+        "demo": {"n_class_prompts": 8, "context_per_bucket": 2, "context_longest": 2048},
     },
 }
 

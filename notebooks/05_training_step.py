@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -37,6 +37,7 @@ hidden_states_dtype = "auto"  # "auto": float32 on CPU, bf16 on CUDA; "native": 
 warm_start_layer = None     # None: speculators' random init; N / -1: start the draft from verifier layer N / the last
 first_steps = 2             # steps taken one by one
 run_steps = 3               # steps taken by Run N
+tau_every = 10              # every this many steps, τ simulated on 4 held-out prompts (0: never)
 n_gpus = 8                  # for the scale-out command
 rehearse_ranks = 2          # speculators' own trainer run here under torchrun with this many ranks (0: skip it)
 rehearse_steps = 3          # its steps (within one epoch)
@@ -122,8 +123,15 @@ plot_batch(batch["document_ids"], session.ttt_steps, batch["loss_mask"])
 #
 # In JupyterLab, the buttons drive the same session: **Step**, **Run N** (in a background thread, so **Stop** works
 # between steps) and **Stop**. Headless, the cell calls the method the Run N button calls.
+#
+# Loss and accuracy are not what the draft is for: **τ** is. Every `tau_every` steps the session measures the draft's
+# simulated τ on a few held-out prompts (the verifier's replies are written once, here; later measurements run the draft
+# alone), as SpecForge picks checkpoints by its simulated acceptance (which leaves the bonus token out). The stepper
+# draws it beside loss and accuracy; `eagle3kit train --eval-every N --keep-best-tau` keeps the best checkpoint.
 
 # %%
+if tau_every:
+    print("live:", session.track_tau(tau_every).describe())
 stepper = TrainingStepper(session, n=run_steps)
 display(stepper.widget)
 stepper.run(run_steps, background=False)

@@ -66,12 +66,12 @@ import torch
 
 from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.vocab import build_for_data
-from eagle3kit.draft.model import save_draft
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate import benchmarks, conventions, export, recipes, report, scores, speed
+from eagle3kit.evaluate.scored import ScoredSet, from_check, write_scored
 from eagle3kit.evaluate.vllm import compare as vllm_compare
 from eagle3kit.evaluate.vllm.gate import check_in_vllm
-from eagle3kit.notebook import continue_or_start, minutes_to_make, setup
+from eagle3kit.notebook import CHECKPOINT_06, DRAFT_06, SCORED_06, continue_or_start, minutes_to_make, setup
 from eagle3kit.plan import speedup
 from eagle3kit.runner import record_summary
 from eagle3kit.train.plots import plot_metrics
@@ -143,7 +143,7 @@ ev.summary_table(sim, real)
 # %%
 t0 = time.perf_counter()
 first_step = session.global_step
-session.run(train_steps, checkpoint_dir=workdir / "checkpoint_06")
+session.run(train_steps, checkpoint_dir=workdir / CHECKPOINT_06)
 train_seconds = time.perf_counter() - t0
 steps_05 = first_step
 print(f"{train_steps} steps in {train_seconds:.0f}s ({train_seconds / max(1, train_steps):.1f} s/step); "
@@ -161,6 +161,9 @@ plot_metrics(session.history)
 
 # %%
 held_parts = ev.simulate_each(verifier_model, session.model, prompts, conts, k)
+held_prompts = [benchmarks.cut_user_turn(tokenizer, p, max_prompt_tokens)
+                for p in benchmarks.held_out_set(held_out, len(prompts))]
+held_records = scores.from_simulation(held_prompts, held_parts)
 sim["trained"] = ev.merge(held_parts)
 real["trained"] = ev.decode(verifier_model, session.model, prompts[:n_decode], conts[:n_decode], k,
                             tokenizer.eos_token_id, baseline=True)
@@ -191,10 +194,12 @@ conventions.table(sim["trained"], full_acc=[last[f"full_acc_{i}"] for i in range
 #
 # `config.json` (with `speculators_config`: algorithm, proposal method, verifier) and `model.safetensors` with the
 # draft weights, the frozen embedding and the `d2t`/`t2d` vocab mapping (target id = `i + d2t[i]`). The verifier's
-# `lm_head` and final norm are not saved; `SpeculatorModel.from_pretrained` loads them from the verifier.
+# `lm_head` and final norm are not saved; `SpeculatorModel.from_pretrained` loads them from the verifier. Beside them,
+# `eagle3kit_training.json` records the lengths the draft was trained at (engines ignore it; notebook 07 and the doctor
+# read it to mark where τ against context length leaves what training covered).
 
 # %%
-out = save_draft(session.model, workdir / "draft_06")
+out = session.export(workdir / DRAFT_06)
 display(export.files(out))
 check = export.reload_check(session.model, out)
 print(f"reloaded with SpeculatorModel.from_pretrained: {int(check['ok'].sum())}/{len(check)} tensors identical")
@@ -242,7 +247,6 @@ if bench:
           f"continuations by {named.continuations_from}")
     display(named.display())
     display(named.plot())
-    held_records = scores.from_simulation(benchmarks.held_out_set(held_out, len(prompts)), held_parts)
     print(report.stability_line(named, held_records, "simulated" if bench_simulated else "vLLM"))
     print("\n".join(named.orderings()) or "(the set has no code / math / writing / roleplay categories to compare)")
 else:
@@ -317,6 +321,12 @@ if lab.frontier:
 
 # %%
 speed_line = [vllm_compare.measured_line(vllm, cpu), there.line(where, tau_from)]
+scored = [ScoredSet(benchmarks.HELD_OUT, held_prompts, [p[0].tolist() for p in prompts], conts,
+                    "transformers (float32)", held_records, **from_check(vllm))]
+if named is not None:
+    scored.append(ScoredSet(bench, bench_prompts, bench_ids, named.continuations, named.continuations_from,
+                            named.records.get("simulated"), **from_check(gate.groups.get(bench))))
+write_scored(workdir / SCORED_06, scored, k=k, steps=session.global_step, draft=str(out))  # notebook 07 reads it
 record_summary(workdir, "06", **report.summary_numbers(sim, real, gate, named), k=k, train_steps_06=train_steps,
                train_steps_total=session.global_step, train_seconds_06=round(train_seconds),
                minutes_to_make=round(run_minutes, 1), export=str(out),

@@ -212,3 +212,41 @@ def test_training_stepper_steps_runs_and_stops_in_jupyterlab(lab, page, steps):
         assert "Error" not in text, f"the stepper shows an error: {text[:300]!r}"
         print(f"    Run N={n} from step {now} stopped at step {stopped}")
         steps.shot("stepper-stopped")
+
+
+def test_token_view_picks_another_prompt_in_jupyterlab(lab, page, steps):
+    """Notebook 07 alone (no 06 in its workdir: it trains its own small SmolLM2 draft first): the token view shows a
+    reply marked token by token, a corrected token says on hover what the draft proposed, and picking another prompt
+    in the dropdown redraws the view with that prompt's reply."""
+    small = {"verifier": "smollm2", "fallback_steps": 30, "fallback_prompts": 3, "context_longest": 256,
+             "n_class_prompts": 2}
+    book = _open_and_run(lab, page, steps, "07", small, timeout=600)
+    viewer = Widgets.box_of(page, "label.widget-label:text-is('prompt')")
+    ui = Widgets(page, viewer)
+    view = viewer.locator(".widget-html").last
+
+    def shown() -> tuple[str, int]:
+        first = view.locator("div.prompt").first
+        return (first.get_attribute("data-id") or "", first.locator("span[data-kind]").count())
+
+    with steps("token-view-rendered"):
+        viewer.scroll_into_view_if_needed()
+        view.locator("span[data-kind]").first.wait_for()
+        start_id, tokens = shown()
+        assert tokens > 0 and start_id, f"no marked reply in the token view ({start_id!r}, {tokens} tokens)"
+        corrected = view.locator("span[data-kind='corrected']")
+        if corrected.count():
+            assert "the draft proposed" in (corrected.first.get_attribute("title") or "")
+            corrected.first.hover()
+        steps.shot("token-view-before")
+    with steps("doc-image"):
+        _doc_image(steps, viewer, "token_view")
+    with steps("pick-another-prompt"):
+        options = viewer.locator("select option").all_text_contents()
+        assert len(options) >= 2, f"the dropdown offers {options}"
+        ui.set("prompt", options[-1])
+        wait_for(lambda: shown()[0] and shown()[0] != start_id, 120,
+                 lambda: f"the view still shows {shown()[0]!r} after picking {options[-1]!r}")
+        book.wait_kernel_idle(60)
+        assert shown()[0] in options[-1] and shown()[1] > 0
+        steps.shot("token-view-after")

@@ -96,10 +96,17 @@ def test_all_notebooks_run_with_the_ci_preset(ci_run):
     assert summary["ok"] and len(summary["notebooks"]) == len(NOTEBOOKS)
     for r in results:
         print(f"{r.notebook}: {r.seconds:.1f}s {r.summary or ''}")
-    made = results[-1].summary["minutes_to_make"]  # 06 placed the run on the τ-vs-budget curve: data + training time
+    by_number = {r.notebook[:2]: r.summary for r in results}
+    made = by_number["06"]["minutes_to_make"]  # 06 placed the run on the τ-vs-budget curve: data + training time
     assert 0 < made < sum(r.seconds for r in results) / 60
-    per_category = results[-1].summary["mt-bench_sim_categories"]  # the ci preset: one MT-bench prompt a category
+    per_category = by_number["06"]["mt-bench_sim_categories"]  # the ci preset: one MT-bench prompt a category
     assert len(per_category) == 8 + 1 and all(t >= 1 for t in per_category.values())  # + overall
+    why = by_number["07"]  # 07 looked at 06's draft and replies: its token fates count what 06 scored
+    held = presets.NOTEBOOKS["06"]["ci"]["n_prompts"]
+    assert why["same_as_06"] == f"{held}/{held}" and why["class_prompts"] > 0
+    ci = {n: presets.NOTEBOOKS[n]["ci"] for n in ("04", "05")}  # 06 resumed 05's session on 04's data
+    assert set(why["context_tau"]) == {"256", "1k"}
+    assert why["trained_length"] == min(ci["05"]["total_seq_len"], ci["04"]["seq_length"])
     assert all((out / p.name).exists() for p in NOTEBOOKS)
 
 

@@ -8,7 +8,7 @@ import argparse
 
 from eagle3kit.errors import UserError
 from eagle3kit.evaluate import defaults
-from eagle3kit.evaluate.benchmarks import HELD_OUT
+from eagle3kit.evaluate.benchmarks import HELD_OUT, LONG_CONTEXT
 from eagle3kit.evaluate.benchmarks import names as bench_names
 
 
@@ -19,7 +19,8 @@ def measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", action="append", metavar="TEXT", help="a prompt (repeatable)")
     p.add_argument("--bench", action="append", metavar="NAME", choices=bench_names(),
                    help=f"a named prompt set, scored per category (repeatable): {', '.join(bench_names())} "
-                   "(held-out: --data's held-out conversations); see docs/scoring.md")
+                   f"(held-out: --data's held-out conversations; {LONG_CONTEXT}: τ against context length, never a "
+                   "prompt --data trained on); see docs/scoring.md")
     p.add_argument("--n-prompts", type=int, default=None,
                    help=f"at most this many prompts (default: {defaults.N_PROMPTS}; a --bench set: all of it, a "
                    "shorter run takes the categories in turn)")
@@ -30,6 +31,9 @@ def measure_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=defaults.MAX_NEW_TOKENS,
                    help=f"greedy tokens per prompt (default: {defaults.MAX_NEW_TOKENS})")
     p.add_argument("--k", type=int, default=defaults.K, help="draft tokens per round (0: the draft's ttt_steps)")
+    p.add_argument("--longest", type=int, default=None, metavar="TOKENS",
+                   help=f"with --bench {LONG_CONTEXT}: measure context lengths up to this many tokens (default: the "
+                   "verifier's limit)")
 
 
 def _conversations(args: argparse.Namespace) -> list:
@@ -63,20 +67,33 @@ def check_bench(args: argparse.Namespace) -> None:
         raise UserError("--prompt does nothing with --bench (the set gives the prompts); pass one or the other.")
     if HELD_OUT in args.bench and not args.data:
         raise UserError(f"--bench {HELD_OUT} scores a data directory's held-out conversations; pass --data DIR.")
-    if args.data and HELD_OUT not in args.bench:
+    if args.data and HELD_OUT not in args.bench and LONG_CONTEXT not in args.bench:
         raise UserError(f"--data does nothing with --bench {' '.join(args.bench)}; add --bench {HELD_OUT} to score "
                         "its held-out conversations too, or leave --data out.")
 
 
-def bench_sets(args: argparse.Namespace, tokenizer) -> dict:
+def bench_sets(args: argparse.Namespace, tokenizer, limit: int | None = None) -> dict:
     """Each ``--bench`` set's prompts (:mod:`eagle3kit.evaluate.benchmarks`); the held-out one cut as
-    ``--max-prompt-tokens`` says, the named ones whole."""
+    ``--max-prompt-tokens`` says, the named ones whole; the long-context one built for a verifier whose positions
+    end at ``limit``, leaving out what ``--data`` trained on."""
     from eagle3kit.data.loader import held_out_conversations
     from eagle3kit.evaluate import benchmarks
 
     sets = {}
     for name in dict.fromkeys(args.bench):
-        if name == HELD_OUT:
+        if name == LONG_CONTEXT:
+            from eagle3kit.evaluate import long_context
+
+            exclude = long_context.training_prompts(args.data) if args.data else set()
+            lengths = [b for b in long_context.buckets(limit) if b <= (args.longest or limit)]
+            if not lengths:
+                raise UserError(f"--longest {args.longest} is shorter than the shortest context measured "
+                                f"({long_context.BUCKETS[0]} tokens).")
+            per_bucket = -(-args.n_prompts // len(lengths)) if args.n_prompts else long_context.PER_BUCKET
+            prompts = long_context.long_context_set(tokenizer, limit, per_bucket, exclude,
+                                                    reply_room=args.max_new_tokens, lengths=lengths)
+            sets[name] = benchmarks.balanced(prompts, args.n_prompts)
+        elif name == HELD_OUT:
             held = benchmarks.held_out_set(held_out_conversations(args.data), args.n_prompts or defaults.N_PROMPTS)
             if not held:
                 raise UserError(f"{args.data} has no held-out conversations (make some with `eagle3kit data "

@@ -10,6 +10,7 @@ import argparse
 from eagle3kit.cli.args import as_typed, given, settings_options
 from eagle3kit.cli.preflight import room_for_training
 from eagle3kit.errors import UserError
+from eagle3kit.train.live_tau import EVERY, PROMPTS
 
 
 FROM_DATA = {"verifier": "default: the verifier the data was made with",
@@ -53,6 +54,12 @@ def train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=None)
     p.add_argument("--resume", default=None, help="checkpoint directory to continue from (with its own settings)")
     p.add_argument("--export", default=None, help="also save the draft alone (speculators format)")
+    p.add_argument("--eval-every", type=int, nargs="?", const=EVERY, default=None, metavar="N",
+                   help=f"every N steps (alone: {EVERY}) measure the draft's simulated tau (bonus token counted) on "
+                   f"{PROMPTS} held-out prompts of --data; the verifier's replies are written once, each measurement "
+                   "is draft forwards only")
+    p.add_argument("--keep-best-tau", action="store_true",
+                   help="with --eval-every and --save: also keep the checkpoint with the best tau in SAVE_best_tau")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -60,8 +67,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from eagle3kit.draft.config import DraftSpec
     from eagle3kit.tables import column_blocks, format_table
     from eagle3kit.train.checkpoint import read_session
+    from eagle3kit.train.live_tau import TAU
     from eagle3kit.train.session import TrainSession, TrainSettings, metric_columns
 
+    if args.keep_best_tau and not (args.eval_every and (args.save or args.resume)):
+        raise UserError("--keep-best-tau keeps the checkpoint with the best live tau: add --eval-every N (tau "
+                        "measured every N steps) and --save DIR (it is kept in DIR_best_tau).")
     if args.resume:
         changed = {**given(args, DraftSpec), **given(args, TrainSettings)}
         if changed:
@@ -76,13 +87,41 @@ def cmd_train(args: argparse.Namespace) -> int:
         spec, data = run_spec(args)
         session = TrainSession(data, spec, **given(args, TrainSettings))
     room_for_training(args, session)  # the checkpoint and export fit, before any step
-    records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every)
+    best = best_tau_dir(args.save) if args.keep_best_tau else None
+    if args.eval_every:
+        print(f"live: {session.track_tau(args.eval_every).describe()}")
+    records = session.run(args.steps, checkpoint_dir=args.save, checkpoint_every=args.checkpoint_every,
+                          best_tau_dir=best)
     cols = metric_columns(session.ttt_steps)
     history = session.history_frame()
     if len(history):
-        print(format_table(history[cols + ["tokens_per_s", "lr"]].round(4), fallback=column_blocks))
+        extra = [TAU] if TAU in history else []
+        print(format_table(history[cols + extra + ["tokens_per_s", "lr"]].round(4), fallback=column_blocks))
+    if args.eval_every:
+        print(_tau_line(session, best))
     if args.save:
         print(f"\ncheckpoint: {args.save} (resume: eagle3kit train --resume {args.save} --steps N)")
     if args.export:
         print(f"exported draft (speculators format): {session.export(args.export)}")
     return 0 if records or args.steps == 0 else 1
+
+
+def best_tau_dir(save: str | None) -> str | None:
+    """Where ``--keep-best-tau`` keeps the checkpoint with the best live τ: beside ``--save``, ``SAVE_best_tau``."""
+    from pathlib import Path
+
+    return None if save is None else str(Path(save).with_name(Path(save).name + "_best_tau"))
+
+
+def _tau_line(session, best: str | None) -> str:
+    """The live τ over the run, its best, and where the best checkpoint is."""
+    from eagle3kit.evaluate.conventions import TAU_CONVENTION
+    from eagle3kit.train.live_tau import tau_points
+
+    steps, taus = tau_points(session.history)
+    if not taus:
+        return f"live tau: not measured yet (every {session.live_tau.every} steps)."
+    top = max(range(len(taus)), key=taus.__getitem__)
+    kept = f"; its checkpoint: {best}" if best else ""
+    return (f"live tau: {taus[-1]:.3f} at step {steps[-1]}, best {taus[top]:.3f} at step {steps[top]}{kept} "
+            f"({TAU_CONVENTION}).")

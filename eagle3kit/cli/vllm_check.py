@@ -9,6 +9,8 @@ import json
 import sys
 
 from eagle3kit.cli.args import signature_options
+from eagle3kit.errors import UserError
+from eagle3kit.evaluate.benchmarks import LONG_CONTEXT
 from eagle3kit.cli.measure import (bench_sets, bench_settings, check_bench, measure_options, print_scores, prompts_of,
                                    sources_of)
 
@@ -38,6 +40,9 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
     from eagle3kit.verifier import load_model, load_tokenizer
 
     check_bench(args)
+    if LONG_CONTEXT in (args.bench or []):
+        raise UserError(f"vllm-check does not serve the {LONG_CONTEXT} set (histories up to the verifier's limit, "
+                        f"for minutes on a CPU); `eagle3kit evaluate --bench {LONG_CONTEXT}` simulates it.")
     sources = None if args.bench else sources_of(args)  # no prompts: say so before the draft and vLLM are looked at
     draft, verifier, k = serve.check_inputs(args.draft, args.verifier, args.k or None)
     python = vllm_python()  # no vLLM environment: say how to make one before anything is loaded

@@ -12,6 +12,7 @@
 ``trained``           trained or an initialisation, by measurement against untrained drafts of the same shape
 ``versions``          version traps decided from version numbers (fused loss under compile, transformers floor)
 ``low_tau``           ``why_low_tau(DIR)``: why a draft's tau is low, as a short verdict (``doctor --draft --why-tau``)
+``context_tau``       ``context_fall``: does tau fall past the length the draft was trained at (``--why-tau``)
 ``data_checks``       what a data directory supervises: loss mask, template, aux slices, vocab (``check_data_dir``)
 ``rehearsal_checks``  a rehearsal of speculators' trainer: its YAML and save path before, its records and log after
 ``findings``          :class:`Finding` and its table / terminal renderings

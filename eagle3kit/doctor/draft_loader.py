@@ -114,3 +114,21 @@ def load_draft(folder: DraftFolder, config: Eagle3SpeculatorConfig, verifier: Ve
     config.speculators_config.verifier.name_or_path = verifier.path
     with quiet():
         return SpeculatorModel.from_pretrained(str(folder.path), config=config).float().eval()
+
+
+def trained_length(path: str | os.PathLike) -> int | None:
+    """The longest context the draft in ``path`` was trained at, where its folder says it: eagle3kit's training
+    record (an export or a checkpoint), else speculators train's run.yaml (``total_seq_len``); None otherwise."""
+    from eagle3kit.draft.model import read_training
+    from eagle3kit.draft.model import trained_length as from_record
+
+    folder = locate(path)
+    return from_record(read_training(folder)) or from_record(read_run(folder))
+
+
+def sliding_window(config: Eagle3SpeculatorConfig) -> int | None:
+    """The draft's sliding window when one of its layers uses it (speculators' ``layer_types``), else None."""
+    layer = config.transformer_layer_config
+    if "sliding_attention" not in (getattr(layer, "layer_types", None) or []):
+        return None
+    return getattr(layer, "sliding_window", None)

@@ -1,7 +1,8 @@
 """Why is my τ low? From a draft folder + a data directory (or prompts): acceptance per draft position on the
 verifier's own continuations, the untrained baseline, the draft's agreement with the verifier on the dataset's text
-against on the verifier's continuations, and served k against the trained TTT steps, as a short verdict that ends with
-what that acceptance buys when served (:mod:`eagle3kit.plan.speedup`: vLLM on one GPU, batch 1).
+against on the verifier's continuations, served k against the trained TTT steps, and τ past the length the draft was
+trained at against τ within it (:mod:`eagle3kit.doctor.context_tau`), as a short verdict that ends with what that
+acceptance buys when served (:mod:`eagle3kit.plan.speedup`: vLLM on one GPU, batch 1).
 
 ``why_low_tau(draft_dir, verifier=None, data_dir=None, prompts=None)`` -> :class:`TauReport` (``.table()``,
 ``.verdict``, and the folder's ``.findings`` from the same pass: one load, one measurement); the CLI:
@@ -18,12 +19,15 @@ import pandas as pd
 import torch
 
 from eagle3kit.data.conversations import prompt_turns, turns_of
+from eagle3kit.doctor.context_tau import context_fall
 from eagle3kit.doctor.draft_folder import examine_draft_folder
+from eagle3kit.doctor.draft_loader import sliding_window
 from eagle3kit.doctor.findings import Finding
 from eagle3kit.doctor.folder_checks import trained_steps
 from eagle3kit.doctor.trained import Agreement
 from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.evaluate.context_curve import Fall
 from eagle3kit.plan import speedup
 from eagle3kit.verifier import Verifier, load_tokenizer
 
@@ -55,6 +59,7 @@ class TauReport:
     speed: speedup.SpeedPlan | None = None  # this acceptance served by vLLM on one SPEED_GPU at batch 1
     findings: list[Finding] = field(default_factory=list)  # the folder's, from the same pass (examine_draft_folder)
     bench: str | None = None  # the named prompt set measured on (None: held-out or built-in prompts)
+    context: Fall | None = None  # τ within the training length against τ past it (None: not measurable)
 
     def category_table(self) -> pd.DataFrame:
         """With a named set: the draft's τ per category (mean over prompts, 95 % interval) from the same
@@ -170,4 +175,8 @@ def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None
     lines = verdict(k, steps, c.agreement, text) + [speed_line(plan)] + lever_lines(plan.tau, plan.break_even)
     if bench is not None:
         lines[0] = f"On {bench} ({len(c.agreement.prompts)} prompts, whole; per category above): " + lines[0]
-    return TauReport(k, steps, c.agreement, text, lines, plan, c.findings, bench)
+    context = context_fall(c.folder.path, c.draft, c.verifier_model, load_tokenizer(v), k,
+                           data_dir if data is not None and data.aux_source == "manifest" else None)
+    if context is not None:
+        lines.append(context.line(sliding_window(config)) or context.describe())
+    return TauReport(k, steps, c.agreement, text, lines, plan, c.findings, bench, context)

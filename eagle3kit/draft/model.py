@@ -9,6 +9,7 @@ warm start copies a verifier layer in (:mod:`eagle3kit.draft.warm_start`).
 from __future__ import annotations
 
 import copy
+import json
 import os
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ from eagle3kit.atomic import atomic_dir
 from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
 from eagle3kit.draft.warm_start import warm_start
 from eagle3kit.logs import quiet
+
+TRAINING_RECORD = "eagle3kit_training.json"  # beside an export: how long the sequences it was trained on were
 
 
 def build_model(build: DraftBuild, t2d: torch.Tensor | None = None, d2t: torch.Tensor | None = None,
@@ -48,8 +51,11 @@ def build_model(build: DraftBuild, t2d: torch.Tensor | None = None, d2t: torch.T
     return model.to(build.device)
 
 
-def save_draft(model: Eagle3DraftModel, out_dir: str | os.PathLike, dtype: str = "float32") -> Path:
-    """The draft in speculators' format (``save_pretrained``), in ``dtype``, written atomically.
+def save_draft(model: Eagle3DraftModel, out_dir: str | os.PathLike, dtype: str = "float32",
+               training: dict | None = None) -> Path:
+    """The draft in speculators' format (``save_pretrained``), in ``dtype``, written atomically; ``training`` (what
+    :meth:`eagle3kit.train.session.TrainSession.export` knows: the pack and document lengths, the steps) is written
+    beside it as :data:`TRAINING_RECORD`, which engines ignore.
 
     The model itself is not changed: a copy is cast (and speculators' ``save_pretrained`` writes
     ``architectures`` / ``auto_map`` into the config it saves, so that too is a copy's).
@@ -60,7 +66,22 @@ def save_draft(model: Eagle3DraftModel, out_dir: str | os.PathLike, dtype: str =
     twin = copy.deepcopy(model).to(getattr(torch, dtype))
     with atomic_dir(out_dir) as tmp, quiet():
         twin.save_pretrained(tmp)
+        if training is not None:
+            (tmp / TRAINING_RECORD).write_text(json.dumps(training, indent=1))
     return Path(out_dir)
+
+
+def read_training(draft_dir: str | os.PathLike) -> dict:
+    """The :data:`TRAINING_RECORD` an eagle3kit export holds ({} for a folder without one)."""
+    path = Path(draft_dir) / TRAINING_RECORD
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def trained_length(training: dict) -> int | None:
+    """The longest context a draft was trained at, from a training record (or speculators' run.yaml keys): the
+    shorter of its pack (``total_seq_len``) and its longest document (``seq_length``); None when neither is known."""
+    known = [int(training[k]) for k in ("total_seq_len", "seq_length") if training.get(k)]
+    return min(known) if known else None
 
 
 def forward_random(draft: Eagle3DraftModel, build: DraftBuild, tokens: int) -> tuple[list[torch.Tensor], float]:

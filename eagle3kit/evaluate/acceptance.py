@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -121,26 +122,45 @@ def teacher_forced_draft_tokens(verifier, draft, sequence: torch.Tensor, k: int,
     return torch.stack([to_verifier_ids(draft, s[0]) for s in steps])
 
 
-def acceptance_of(draft_tokens: torch.Tensor, sequence: list[int], prompt_len: int, k: int) -> Acceptance:
-    """Acceptance lengths from teacher-forced draft tokens on one prompt + greedy continuation."""
-    seq = torch.tensor(sequence)
-    total = len(sequence)
-    result = Acceptance(k)
+class Round(NamedTuple):
+    """One speculative round of the decode walk: it starts with ``start`` committed tokens, the draft may propose
+    ``room`` tokens (k, fewer near the end: the round leaves room for the verifier's own token), ``accepted`` of
+    them are accepted."""
 
-    def accepted(start: int, cap: int) -> int:  # round that starts with `start` committed tokens
-        a = 0
-        while a < min(k, cap) and int(draft_tokens[a, start - 2]) == int(seq[start + a]):
-            a += 1
-        return a
+    start: int
+    room: int
+    accepted: int
 
-    for start in range(prompt_len + 1, total - k + 1):  # starts where all k targets exist
-        result.accept_all.append(accepted(start, k))
+
+def _accepted(draft_tokens: list[list[int]], sequence: list[int], start: int, cap: int) -> int:
+    """Draft tokens accepted in a round that starts with ``start`` committed tokens, at most ``cap``."""
+    a = 0
+    while a < cap and draft_tokens[a][start - 2] == sequence[start + a]:
+        a += 1
+    return a
+
+
+def walk(draft_tokens: torch.Tensor, sequence: list[int], prompt_len: int, k: int) -> list[Round]:
+    """The rounds a real decode loop takes over ``sequence`` (prompt + greedy continuation): the first round starts
+    after the prompt's first generated token (the prefill's), each next one after the accepted tokens + 1."""
+    tokens, total, rounds = draft_tokens.tolist(), len(sequence), []
     start = prompt_len + 1  # the first token comes from the prompt's prefill
     while start < total:
-        a = accepted(start, total - start - 1)  # leave room for the bonus token
-        result.walk_accepted.append(a)
-        result.walk_tokens += a + 1
-        start += a + 1
+        room = min(k, total - start - 1)  # leave room for the bonus token
+        rounds.append(Round(start, room, _accepted(tokens, sequence, start, room)))
+        start += rounds[-1].accepted + 1
+    return rounds
+
+
+def acceptance_of(draft_tokens: torch.Tensor, sequence: list[int], prompt_len: int, k: int) -> Acceptance:
+    """Acceptance lengths from teacher-forced draft tokens on one prompt + greedy continuation."""
+    tokens, sequence = draft_tokens.tolist(), [int(t) for t in sequence]
+    result = Acceptance(k)
+    for start in range(prompt_len + 1, len(sequence) - k + 1):  # starts where all k targets exist
+        result.accept_all.append(_accepted(tokens, sequence, start, k))
+    for r in walk(draft_tokens, sequence, prompt_len, k):
+        result.walk_accepted.append(r.accepted)
+        result.walk_tokens += r.accepted + 1
     return result
 
 
@@ -240,10 +260,14 @@ def plot_acceptance(results: dict[str, Acceptance]):
 
 
 def compare(verifier_model, tokenizer, drafts: dict, prompts: list[torch.Tensor], max_new_tokens: int, k: int,
-            run_decode: bool = True, progress: bool = True) -> tuple[pd.DataFrame, dict, dict]:
-    """Greedy continuations once, then simulated (and real, with ``run_decode``) acceptance for each named draft."""
-    conts = continuations(verifier_model, prompts, max_new_tokens, tokenizer.eos_token_id, progress)
-    sim = {name: simulate(verifier_model, d, prompts, conts, k, progress) for name, d in drafts.items()}
+            run_decode: bool = True, progress: bool = True, conts: list[list[int]] | None = None,
+            states: VerifierStates | None = None) -> tuple[pd.DataFrame, dict, dict]:
+    """Greedy continuations once (or ``conts``), then simulated (and real, with ``run_decode``) acceptance for each
+    named draft; ``states`` keeps the verifier's hidden states across drafts."""
+    if conts is None:
+        conts = continuations(verifier_model, prompts, max_new_tokens, tokenizer.eos_token_id, progress)
+    sim = {name: merge(simulate_each(verifier_model, d, prompts, conts, k, progress, states))
+           for name, d in drafts.items()}
     real = ({name: decode(verifier_model, d, prompts, conts, k, tokenizer.eos_token_id, progress)
              for name, d in drafts.items()} if run_decode else {})
     return summary_table(sim, real), sim, real

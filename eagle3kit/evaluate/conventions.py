@@ -22,6 +22,11 @@ from speculators.models.metrics import compute_accepted_length_counts
 
 from eagle3kit.evaluate.acceptance import Acceptance
 
+# How τ is labelled wherever eagle3kit prints or draws it (the bonus token counted, as above).
+TAU_LABEL = "τ (bonus token counted)"
+TAU_CONVENTION = ("τ = accepted draft tokens + 1 bonus token per round, as vLLM's mean acceptance length and the "
+                  "EAGLE papers count it; SpecForge's simulated acceptance length leaves the bonus out (= τ − 1)")
+
 
 def tau_from_conditional(conditional: list[float]) -> float:
     """eagle3kit's τ (with the bonus token) from per-position conditional acceptance rates."""

@@ -22,6 +22,7 @@ class BenchScores:
     name: str
     records: dict[str, list[scores.PromptScore]]
     continuations_from: str  # whose greedy continuations the simulation read
+    continuations: list[list[int]] | None = None  # those continuations (vLLM's plain outputs when not simulated)
 
     def table(self) -> pd.DataFrame:
         return scores.score_table(self.records)
@@ -58,16 +59,16 @@ def score_named(verifier_model, tokenizer, draft, prompts: list[BenchPrompt], ma
     if not simulate and vllm is None:
         raise ValueError("simulate=False needs vLLM's per-request counters (vllm_check=True): nothing would score it.")
     records: dict[str, list[scores.PromptScore]] = {}
+    conts = [list(o) for o in vllm.outputs_plain] if vllm is not None else None
     if simulate:
-        conts = [list(o) for o in vllm.outputs_plain] if vllm is not None else None
-        _ids, _conts, by_draft = scores.simulated_scores(verifier_model, tokenizer, {"simulated": draft}, prompts,
-                                                         max_new_tokens, k, progress, conts)
+        _ids, conts, by_draft = scores.simulated_scores(verifier_model, tokenizer, {"simulated": draft}, prompts,
+                                                        max_new_tokens, k, progress, conts)
         records.update(by_draft)
     if vllm is not None:
         records["vLLM"] = scores.from_vllm(prompts, vllm.histograms)
     source = ("vLLM (float32, without the draft)" if vllm is not None else "transformers (float32)") if simulate \
         else "vLLM (its counters only, not simulated)"
-    return BenchScores(prompts[0].id.split("/")[0] if prompts else "", records, source)
+    return BenchScores(prompts[0].id.split("/")[0] if prompts else "", records, source, conts)
 
 
 def stability_line(named: BenchScores, held_out: list[scores.PromptScore], engine: str = "simulated") -> str:

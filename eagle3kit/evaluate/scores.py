@@ -185,19 +185,22 @@ def read_sets(path: str | os.PathLike) -> dict[str, dict[str, list[PromptScore]]
 
 
 def simulated_scores(verifier_model, tokenizer, drafts: dict, prompts: list[BenchPrompt], max_new_tokens: int,
-                     k: int, progress: bool = True, conts: list[list[int]] | None = None
+                     k: int, progress: bool = True, conts: list[list[int]] | None = None,
+                     ids: list[list[int]] | None = None, states: dict | None = None
                      ) -> tuple[list[list[int]], list[list[int]], dict]:
-    """Render the prompts (:func:`eagle3kit.evaluate.benchmarks.render`), write the verifier's greedy continuations
-    once (or take ``conts``: e.g. vLLM's greedy outputs of the same prompts), and score each named draft on them by
-    simulation: (prompt ids, continuations, {draft: records})."""
+    """Render the prompts (:func:`eagle3kit.evaluate.benchmarks.render`; or take their ``ids``), write the verifier's
+    greedy continuations once (or take ``conts``: e.g. vLLM's greedy outputs of the same prompts), and score each
+    named draft on them by simulation: (prompt ids, continuations, {draft: records}). ``states``: the verifier's
+    hidden states kept across drafts (and for a token view of the same prompts)."""
     import torch
 
     from eagle3kit.evaluate.acceptance import continuations, simulate_each
     from eagle3kit.evaluate.benchmarks import render
 
-    ids = render(tokenizer, prompts, verifier_model)
+    ids = render(tokenizer, prompts, verifier_model) if ids is None else ids
     tensors = [torch.tensor([i]) for i in ids]
     if conts is None:
         conts = continuations(verifier_model, tensors, max_new_tokens, tokenizer.eos_token_id, progress)
-    return ids, conts, {name: from_simulation(prompts, simulate_each(verifier_model, d, tensors, conts, k, progress))
+    return ids, conts, {name: from_simulation(prompts, simulate_each(verifier_model, d, tensors, conts, k, progress,
+                                                                     states))
                         for name, d in drafts.items()}

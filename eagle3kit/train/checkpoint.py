@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load_file
 
 from eagle3kit.atomic import atomic_dir, recover
+from eagle3kit.draft.model import TRAINING_RECORD
 from eagle3kit.errors import UserError
 
 
@@ -85,11 +86,15 @@ def save_checkpoint(
     schedulers: list[torch.optim.lr_scheduler.LRScheduler],
     state: dict[str, Any],
     session: dict[str, Any],
+    training: dict[str, Any] | None = None,
 ) -> Path:
-    """Write one checkpoint directory atomically (see the module docstring for its layout)."""
+    """Write one checkpoint directory atomically (see the module docstring for its layout); ``training``: the
+    lengths the draft was trained at, as an export records them (:data:`eagle3kit.draft.model.TRAINING_RECORD`)."""
     target = Path(directory)
     with atomic_dir(target) as tmp:
         model.save_pretrained(tmp)
+        if training is not None:
+            (tmp / TRAINING_RECORD).write_text(json.dumps(training, indent=1))
         torch.save(_payload([o.state_dict() for o in optimizers]), tmp / OPTIMIZER_FILE)
         torch.save(_payload([s.state_dict() for s in schedulers]), tmp / SCHEDULER_FILE)
         torch.save({**state, "rng": rng_state()}, tmp / STATE_FILE)

@@ -1,5 +1,5 @@
-"""Figures of a training run: loss, full and conditional accuracy per TTT step (a batch's layout:
-:func:`eagle3kit.data.plots.plot_batch`).
+"""Figures of a training run: loss, full and conditional accuracy per TTT step, and τ when it was measured live
+(a batch's layout: :func:`eagle3kit.data.plots.plot_batch`).
 
 Each function returns a ``matplotlib.figure.Figure`` built without pyplot (safe from a widget's worker thread) and
 never calls ``plt.show``. ``full_acc_k``: share of loss-masked positions whose step-k draft token equals the
@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+
+from eagle3kit.train.live_tau import tau_points
 
 PANELS = (("loss", "KL loss"), ("full_acc", "full accuracy"), ("cond_acc", "conditional accuracy"))
 SMOOTHING = 0.9  # EMA weight of the running value (TensorBoard's slider); 0 draws the raw values only
@@ -46,10 +48,13 @@ def plot_metrics(history: Sequence[dict], smoothing: float = SMOOTHING, title: s
     smoothed by :func:`ema` (``smoothing`` = its weight; 0: raw values only) over the raw values drawn faint."""
     if not 0 <= smoothing < 1:
         raise ValueError(f"smoothing is the EMA weight, in [0, 1) (TensorBoard's slider), got {smoothing!r}.")
-    fig = Figure(figsize=(11, 3.2), layout="constrained")
-    axes = fig.subplots(1, 3)
+    tau_steps, taus = tau_points(list(history))
+    fig = Figure(figsize=(14 if taus else 11, 3.2), layout="constrained")
+    axes = fig.subplots(1, 4 if taus else 3)
     steps = np.array([r["step"] for r in history])
-    for ax, (key, label) in zip(axes, PANELS, strict=True):
+    if taus:
+        _plot_tau(axes[3], tau_steps, taus)
+    for ax, (key, label) in zip(axes, PANELS, strict=False):
         for k in range(ttt_steps_in(history)):
             values = np.array([r[f"{key}_{k}"] for r in history], dtype=float)
             name = f"TTT step {k}"
@@ -70,6 +75,17 @@ def plot_metrics(history: Sequence[dict], smoothing: float = SMOOTHING, title: s
     if title:
         fig.suptitle(title)
     return fig
+
+
+def _plot_tau(ax, steps: list[int], taus: list[float]) -> None:
+    """The live τ (:mod:`eagle3kit.train.live_tau`): simulated on held-out prompts at the steps it was measured."""
+    from eagle3kit.evaluate.conventions import TAU_LABEL
+
+    ax.plot(steps, taus, marker="o", color="tab:purple")
+    ax.set_title(f"{TAU_LABEL}, held-out")
+    ax.set_xlabel("step")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.grid(alpha=0.3)
 
 
 def plot_step(record: dict) -> Figure:

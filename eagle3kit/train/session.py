@@ -33,6 +33,7 @@ from eagle3kit.errors import UserError
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
 from eagle3kit.train.forward import forward_for, resolve_path
+from eagle3kit.train.live_tau import TAU, LiveTau
 from eagle3kit.train.loop import NonFiniteStep, make_optimizers, make_schedulers, optimizer_args, train_step
 from eagle3kit.train.settings import TrainSettings
 
@@ -98,6 +99,7 @@ class TrainSession:
         self.global_step = 0
         self.history: list[dict[str, Any]] = []
         self.last_checkpoint: Path | None = None
+        self.live_tau: LiveTau | None = None  # set by track_tau: τ measured every N steps into the history
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -145,6 +147,8 @@ class TrainSession:
                       "loss_tokens": sum(int(b["loss_mask"].sum()) for b in batches), "seconds": seconds,
                       "data_seconds": t_data, "tokens_per_s": tokens / seconds, "lr": lr, "grad_norm": float(grad_norm)}
             self.history.append(record)
+            if self.live_tau is not None and self.live_tau.due(self.global_step):
+                record.update(self.live_tau.measure(self.model))
             return record
 
     def step_kwargs(self) -> dict[str, Any]:
@@ -153,12 +157,25 @@ class TrainSession:
             return {**self.forward_kwargs, "ttt_steps": 1}
         return self.forward_kwargs
 
+    def track_tau(self, every: int | None = None, **prompts: Any) -> LiveTau:
+        """From now on, every ``every`` steps (default :data:`eagle3kit.train.live_tau.EVERY`) measure the draft's
+        simulated τ on held-out prompts into the step's record (``tau``, ``tau_seconds``); ``prompts``: the
+        :meth:`LiveTau.for_session` sizes. The verifier's replies are written here, once."""
+        self.live_tau = LiveTau.for_session(self, **({"every": every} if every else {}), **prompts)
+        return self.live_tau
+
+    def best_tau(self) -> float | None:
+        """The highest live τ the history holds (None before the first measurement)."""
+        taus = [r[TAU] for r in self.history if r.get(TAU) is not None]
+        return max(taus) if taus else None
+
     def run(self, n: int, callback: Callable[[dict], Any] | None = None,
             checkpoint_dir: str | os.PathLike | None = None,
-            checkpoint_every: int | None = None) -> list[dict[str, Any]]:
+            checkpoint_every: int | None = None, best_tau_dir: str | os.PathLike | None = None) -> list[dict[str, Any]]:
         """Take up to ``n`` steps with a tqdm bar; ``callback(record)`` after each; ``request_stop()`` ends it after
         the current step. With ``checkpoint_dir``, save every ``checkpoint_every`` steps and at the end; on a
-        non-finite loss the last good checkpoint is kept and the error is raised."""
+        non-finite loss the last good checkpoint is kept and the error is raised. With ``best_tau_dir`` (and
+        :meth:`track_tau`), a step whose live τ beats every earlier one is saved there too."""
         if n > 0:
             self._check_not_complete()
         done: list[dict[str, Any]] = []
@@ -167,8 +184,11 @@ class TrainSession:
             for _ in range(n):
                 if self._stop.is_set():
                     break
+                best = self.best_tau()
                 record = self.step()
                 done.append(record)
+                if best_tau_dir and record.get(TAU) is not None and (best is None or record[TAU] > best):
+                    self.save(best_tau_dir)
                 bar.update(1)
                 bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
                 if callback is not None:
@@ -231,7 +251,7 @@ class TrainSession:
             session = {"fingerprint": self.fingerprint(), "spec": dataclasses.asdict(self.build.spec),
                        "settings": dataclasses.asdict(self.settings), "data_dir": self._data_path}
             self.last_checkpoint = ckpt.save_checkpoint(directory, self.model, self.optimizers, self.schedulers,
-                                                        state, session)
+                                                        state, session, self.training_record())
             return self.last_checkpoint
 
     def load(self, directory: str | os.PathLike, _saved: dict | None = None, _moved_data: bool = False
@@ -259,9 +279,16 @@ class TrainSession:
         return session.load(directory, _saved=saved, _moved_data=data_dir is not None)
 
     def export(self, directory: str | os.PathLike, dtype: str = "float32") -> Path:
-        """The draft alone in speculators' format (``save_pretrained``), written atomically."""
+        """The draft alone in speculators' format (``save_pretrained``), written atomically, with what it was trained
+        on (:func:`training_record`) beside it."""
         with self._lock:
-            return save_draft(self.model, directory, dtype)
+            return save_draft(self.model, directory, dtype, training=self.training_record())
+
+    def training_record(self) -> dict[str, Any]:
+        """The lengths the draft was trained at: ``total_seq_len`` (a pack) and the data's ``seq_length`` (the
+        longest document; positions restart per document, so the draft never saw a longer context), the steps."""
+        return {"total_seq_len": self.settings.total_seq_len, "seq_length": self.data_dir.seq_length,
+                "steps": self.global_step, "ttt_steps": self.ttt_steps}
 
 
 def _as_build(draft: DraftBuild | DraftSpec | str | os.PathLike | None, data: DataDir) -> DraftBuild:

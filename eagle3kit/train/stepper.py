@@ -1,6 +1,6 @@
 """``TrainingStepper``: Step, Run N and Stop buttons over a :class:`~eagle3kit.train.session.TrainSession`.
 
-With live plots.
+With live plots, and τ when the session measures it live (:meth:`TrainSession.track_tau`).
 
 The logic lives in plain methods (``step``, ``run``, ``stop``, ``wait``, ``refresh``); the buttons only call them,
 so tests click buttons without a kernel. ``Run N`` trains in a background thread and checks a stop flag between
@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from eagle3kit.data.plots import plot_batch
 from eagle3kit.figures import png_bytes
+from eagle3kit.train.live_tau import tau_points
 from eagle3kit.train.plots import plot_metrics
 from eagle3kit.train.session import TrainSession
 
@@ -111,7 +112,8 @@ class TrainingStepper:
         self.stop_button.disabled = not running
 
     def metrics_figure(self) -> Figure:
-        """The metric plot the widget shows: loss and accuracies per TTT step, EMA-smoothed over the raw values."""
+        """The metric plot the widget shows: loss and accuracies per TTT step, EMA-smoothed over the raw values, and
+        the live τ beside them when the session measures it."""
         return plot_metrics(list(self.session.history))
 
     def refresh(self) -> None:
@@ -131,6 +133,11 @@ class TrainingStepper:
         if last:
             text += (f" &middot; loss {last['loss']:.4f} &middot; full_acc_0 {last['full_acc_0']:.3f}"
                      f" &middot; {last['tokens_per_s']:.0f} tokens/s &middot; lr {last['lr']:.2e}")
+        tau_steps, taus = tau_points(history)
+        if taus:
+            from eagle3kit.evaluate.conventions import TAU_LABEL
+
+            text += f" &middot; {TAU_LABEL} {taus[-1]:.3f} at step {tau_steps[-1]} (held-out, simulated)"
         if self.running:
             text += " &middot; <i>running</i>"
         if self.error:

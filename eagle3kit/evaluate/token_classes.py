@@ -1,0 +1,104 @@
+"""Where the draft fails, by token class: counted from the token fates (:mod:`eagle3kit.evaluate.fates`), not guessed.
+
+A reply token the draft was asked for (accepted, or corrected after the draft's proposal was rejected) is a *target*;
+a corrected one is a *failure*. Each target falls in every class its text and id say it is in:
+
+===========================  =====================================================================================
+``word start``               a letter starting a word: after whitespace, or the token opens with whitespace
+``number``                   its text holds a digit
+``punctuation``              its text is punctuation or symbols only (whitespace aside)
+``code``                     it lies inside a fenced code block (an odd number of ``` before it in the reply)
+``outside the draft vocab``  the draft vocabulary (t2d) lacks it: the draft can never propose it
+===========================  =====================================================================================
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+
+import pandas as pd
+
+from eagle3kit.evaluate.fates import ACCEPTED, CORRECTED, PromptView
+
+WORD_START = "word start"
+NUMBER = "number"
+PUNCTUATION = "punctuation"
+CODE = "code"
+OUTSIDE = "outside the draft vocab"
+CLASSES = (WORD_START, NUMBER, PUNCTUATION, CODE, OUTSIDE)
+ALL = "every target"
+FENCE = "```"
+MIN_TARGETS = 5  # a class named as where the draft fails most has at least this many targets
+
+
+def _punctuation(text: str) -> bool:
+    core = "".join(text.split())
+    return bool(core) and all(unicodedata.category(c)[0] in "PS" for c in core)
+
+
+def classes_of(texts: Sequence[str], ids: Sequence[int], in_draft_vocab=None) -> list[frozenset[str]]:
+    """The classes of each token of a reply, from its decoded ``texts`` (one per token) and verifier ``ids``;
+    ``in_draft_vocab``: a boolean mask over the verifier vocab (the draft's t2d), None for a full-vocab draft."""
+    out, before = [], ""
+    for text, token in zip(texts, ids, strict=True):
+        found = set()
+        stripped = text.lstrip()
+        if stripped[:1].isalpha() and (text[:1].isspace() or not before or before[-1:].isspace()):
+            found.add(WORD_START)
+        if any(c.isdigit() for c in text):
+            found.add(NUMBER)
+        if _punctuation(text):
+            found.add(PUNCTUATION)
+        if before.count(FENCE) % 2 == 1:
+            found.add(CODE)
+        if in_draft_vocab is not None and not bool(in_draft_vocab[int(token)]):
+            found.add(OUTSIDE)
+        out.append(frozenset(found))
+        before += text
+    return out
+
+
+def draft_vocab_mask(draft):
+    """The draft's t2d (which verifier ids its vocabulary holds), None for a draft over the verifier's whole vocab."""
+    return draft.t2d.bool().cpu() if getattr(draft, "use_draft_vocab", False) and draft.t2d is not None else None
+
+
+def reply_classes(view: PromptView, tokenizer, in_draft_vocab=None) -> list[frozenset[str]]:
+    """:func:`classes_of` for a view's reply (each token decoded alone)."""
+    return classes_of([tokenizer.decode([t]) for t in view.reply], view.reply, in_draft_vocab)
+
+
+def class_table(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> pd.DataFrame:
+    """Per class (and over every target): targets, accepted, failed, the failure rate and the class's share of all
+    failures; classes overlap, so the shares need not add up to 1."""
+    counts = {c: [0, 0] for c in (*CLASSES, ALL)}  # class -> [accepted, failed]
+    for view in views:
+        for fate, found in zip(view.fates, reply_classes(view, tokenizer, in_draft_vocab), strict=True):
+            if fate.kind not in (ACCEPTED, CORRECTED):
+                continue
+            for c in (*found, ALL):
+                counts[c][fate.kind == CORRECTED] += 1
+    failures = counts[ALL][1]
+    rows = [{"class": c, "targets": a + f, "accepted": a, "failed": f,
+             "failure rate": round(f / (a + f), 3) if a + f else float("nan"),
+             "share of failures": round(f / failures, 3) if failures else float("nan")} for c, (a, f) in counts.items()]
+    return pd.DataFrame(rows).set_index("class")
+
+
+def worst_line(table: pd.DataFrame) -> str:
+    """One sentence from the counts: the class with the highest failure rate among those with at least
+    :data:`MIN_TARGETS` targets, beside the rate over every target."""
+    total = table.loc[ALL]
+    if not total["targets"]:
+        return "The draft was asked for no token here (every reply ended before its first round)."
+    rated = table.drop(index=ALL)
+    rated = rated[rated["targets"] >= MIN_TARGETS]
+    overall = (f"over every target, {int(total['failed'])} of {int(total['targets'])} failed "
+               f"({total['failure rate']:.0%})")
+    if rated.empty:
+        return f"No class has {MIN_TARGETS} targets yet; {overall}."
+    name = rated["failure rate"].idxmax()
+    row = rated.loc[name]
+    return (f"The draft fails most on {name} tokens: {int(row['failed'])} of {int(row['targets'])} failed "
+            f"({row['failure rate']:.0%}); {overall}.")

@@ -1,0 +1,84 @@
+"""τ live while training: every N steps, the draft's simulated τ on a small fixed set of held-out prompts.
+
+The verifier's greedy replies to the prompts are written once, and its hidden states over them are kept after the
+first measurement (:func:`eagle3kit.evaluate.acceptance.simulate_each` with ``states``): each later measurement is
+draft forwards only, speculators' own forward in eval mode under ``no_grad``, the session's training forward untouched.
+SpecForge picks checkpoints by such a simulated acceptance (without the bonus token); this τ counts it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from eagle3kit.evaluate.defaults import MAX_PROMPT_TOKENS
+from eagle3kit.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+EVERY = 10  # the default frequency: a measurement every this many steps (bench/live_tau.py measures its cost)
+PROMPTS = 4  # held-out prompts measured
+NEW_TOKENS = 32  # the verifier's greedy reply to each
+TAU = "tau"  # the key a step's record carries τ under (TrainSession.history)
+TAU_SECONDS = "tau_seconds"  # ... and the seconds the measurement took (not counted in the step's "seconds")
+
+
+@dataclass
+class LiveTau:
+    """The prompts, the verifier's replies and its cached hidden states; :meth:`measure` scores a draft on them."""
+
+    verifier: object
+    prompts: list[torch.Tensor]
+    conts: list[list[int]]
+    k: int
+    every: int = EVERY
+    states: dict = field(default_factory=dict)  # the verifier's hidden states (acceptance.VerifierStates)
+
+    @classmethod
+    def for_session(cls, session, every: int = EVERY, n_prompts: int = PROMPTS, max_new_tokens: int = NEW_TOKENS,
+                    max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> LiveTau:
+        """The first ``n_prompts`` held-out prompts of the session's data directory (its held-out conversations, or
+        for a directory speculators made, its validation rows), the session's verifier and TTT steps."""
+        from eagle3kit.data.loader import held_out_conversations, held_out_prompt_ids
+        from eagle3kit.evaluate import acceptance as ev
+        from eagle3kit.verifier import load_model, load_tokenizer
+
+        if every < 1:
+            raise UserError(f"--eval-every must be at least 1 step (got {every}).")
+        build, data = session.build, session.data_dir
+        tokenizer, verifier = load_tokenizer(build.verifier), load_model(build.verifier, device=session.device)
+        held = held_out_conversations(data.path)
+        prompts = (ev.chat_prompts(tokenizer, held, n_prompts, max_prompt_tokens) if held else
+                   held_out_prompt_ids(data.path, n_prompts, max_prompt_tokens, session.settings.train_data_ratio))
+        conts = ev.continuations(verifier, prompts, max_new_tokens, tokenizer.eos_token_id, progress=False)
+        return cls(verifier, prompts, conts, session.ttt_steps, every)
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0
+
+    def measure(self, draft) -> dict[str, float]:
+        """The draft's τ on the prompts (eval mode, no_grad; its training mode restored), and the seconds it took."""
+        from eagle3kit.evaluate import acceptance as ev
+
+        t0, was_training = time.perf_counter(), draft.training
+        draft.eval()
+        try:
+            parts = ev.simulate_each(self.verifier, draft, self.prompts, self.conts, self.k, progress=False,
+                                     states=self.states)
+        finally:
+            draft.train(was_training)
+        return {TAU: ev.merge(parts).tau, TAU_SECONDS: time.perf_counter() - t0}
+
+    def describe(self) -> str:
+        from eagle3kit.evaluate.conventions import TAU_LABEL
+
+        return (f"{TAU_LABEL}, simulated on {len(self.prompts)} held-out prompts ({sum(map(len, self.conts))} reply "
+                f"tokens), every {self.every} steps")
+
+
+def tau_points(history: list[dict]) -> tuple[list[int], list[float]]:
+    """(steps, τ) of the records that carry a live τ."""
+    rows = [(r["step"], r[TAU]) for r in history if r.get(TAU) is not None]
+    return [s for s, _ in rows], [t for _, t in rows]

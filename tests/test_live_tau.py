@@ -1,0 +1,80 @@
+"""τ live while training: measured every N steps into the history from the verifier's cached states (draft forwards
+only), equal to evaluate's simulation of the same draft, drawn beside loss and accuracy, and the best one kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3kit.cli import main
+from eagle3kit.cli.train import best_tau_dir
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.evaluate.conventions import TAU_LABEL
+from eagle3kit.train.checkpoint import STATE_FILE, read_session
+from eagle3kit.train.live_tau import TAU, TAU_SECONDS, tau_points
+from eagle3kit.train.plots import plot_metrics
+from eagle3kit.train.session import TrainSession
+from eagle3kit.train.stepper import TrainingStepper
+
+from conftest import TINY_DATA_SEQ as SEQ
+
+
+def session(data) -> TrainSession:
+    return TrainSession(data, DraftSpec(verifier="tiny", device="cpu"), progress=False, total_seq_len=SEQ,
+                        warmup_steps=0, lr=1e-2)
+
+
+def test_tau_is_measured_every_n_steps_with_draft_forwards_only(tiny_data):
+    s = session(tiny_data)
+    live = s.track_tau(every=2, n_prompts=2, max_new_tokens=12)
+    verifier_calls = []
+    live.verifier.register_forward_hook(lambda *_: verifier_calls.append(1))
+    s.run(2)
+    assert len(verifier_calls) == 2 and len(live.states) == 2  # the first measurement reads each prompt once
+    s.run(2)
+    assert len(verifier_calls) == 2  # the second one runs the draft alone
+    assert [r.get(TAU) is not None for r in s.history] == [False, True, False, True]
+    assert all(r[TAU_SECONDS] > 0 for r in s.history if TAU in r) and s.model.training  # training mode restored
+    steps, taus = tau_points(s.history)
+    assert steps == [2, 4] and all(1.0 <= t <= s.ttt_steps + 1 for t in taus)
+    # the same number evaluate's simulation gives for the draft as it is now
+    s.model.eval()
+    again = ev.merge(ev.simulate_each(live.verifier, s.model, live.prompts, live.conts, live.k, progress=False)).tau
+    assert again == taus[-1]
+    assert s.best_tau() == max(taus)
+
+
+def test_the_plot_and_the_stepper_show_tau_only_when_measured(tiny_data):
+    s = session(tiny_data)
+    ui = TrainingStepper(s, n=1)
+    ui.step_button.click()
+    assert TAU_LABEL not in ui.status.value and len(ui.metrics_figure().axes) == 3  # silent: nothing measured
+    s.track_tau(every=1, n_prompts=1, max_new_tokens=8)
+    ui.step_button.click()
+    assert TAU_LABEL in ui.status.value and "at step 2" in ui.status.value
+    fig = plot_metrics(s.history)
+    assert len(fig.axes) == 4 and TAU_LABEL in fig.axes[3].get_title()
+
+
+def test_train_keeps_the_checkpoint_with_the_best_tau(tiny_data, tmp_path, capsys):
+    save = tmp_path / "run"
+    assert main(["train", "--data", str(tiny_data), "--device", "cpu", "--total-seq-len", str(SEQ), "--lr", "0.01",
+                 "--warmup-steps", "0", "--steps", "4", "--eval-every", "2", "--keep-best-tau", "--save",
+                 str(save)]) == 0
+    out = capsys.readouterr().out
+    assert "live tau:" in out and "bonus token" in out and TAU in out.split("live tau:")[0]
+    best = best_tau_dir(str(save))
+    assert best in out
+    assert read_session(best)["fingerprint"] == read_session(save)["fingerprint"]  # a checkpoint of the same run
+    history = torch.load(Path(best) / STATE_FILE, weights_only=False)["history"]
+    steps, taus = tau_points(history)
+    assert steps[-1] == len(history) and taus[-1] == max(taus)  # saved at the step whose τ was the best so far
+
+
+@pytest.mark.parametrize("argv", [["--keep-best-tau"], ["--eval-every", "2", "--keep-best-tau"]])
+def test_keep_best_tau_needs_a_measurement_and_a_place(tiny_data, capsys, argv):
+    code = main(["train", "--data", str(tiny_data), "--steps", "1", *argv])
+    assert code == 2 and "--keep-best-tau" in capsys.readouterr().err

@@ -1,0 +1,232 @@
+"""Every token's fate on the page: the fates follow the decode walk ``evaluate`` scores, the page shows exactly the
+per-prompt τ ``evaluate`` writes, a draft with a broken vocab mapping lights up nothing, token classes are counted."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file, save_file
+
+from eagle3kit.cli import main
+from eagle3kit.data import conversations as conv
+from eagle3kit.data.dataset import build_dataset
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.evaluate import acceptance as ev
+from eagle3kit.evaluate import fates, scores, token_classes
+from eagle3kit.evaluate.benchmarks import held_out_set, load_set, render
+from eagle3kit.evaluate.export import reload
+from eagle3kit.evaluate.token_page import page, prompt_html
+from eagle3kit.evaluate.token_viewer import TokenViewer
+from eagle3kit.masks.eagle_mask import round_up_to_block
+from eagle3kit.train.overfit import CONVERSATION, one_conversation
+from eagle3kit.train.session import TrainSession
+from eagle3kit.verifier import load_model, load_tokenizer
+
+K = 3
+NEW_TOKENS = 40
+
+
+def _perfect(sequence: list[int], k: int) -> torch.Tensor:
+    t = len(sequence)
+    return torch.tensor([[sequence[j + 2 + i] if j + 2 + i < t else 0 for j in range(t - 1)] for i in range(k)])
+
+
+# ----------------------------------------------------------------------------------------------- the fates
+def test_a_perfect_draft_is_accepted_at_every_depth_then_the_bonus():
+    seq = list(range(100, 120))  # prompt of 5; the walk of tests/test_evaluate.py: rounds accept 3, 3, 3, 1
+    got = fates.fates_of(_perfect(seq, 3), seq, 5, 3)
+    kinds = [(f.kind, f.depth) for f in got]
+    assert kinds[0] == (fates.FIRST, 0)
+    assert kinds[1:5] == [(fates.ACCEPTED, 1), (fates.ACCEPTED, 2), (fates.ACCEPTED, 3), (fates.BONUS, 0)]
+    assert [f.token for f in got] == seq[5:]
+    assert sum(f.kind == fates.CORRECTED for f in got) == 0
+
+
+def test_a_rejected_proposal_is_the_verifiers_token_with_the_drafts_guess():
+    seq = list(range(50))
+    tokens = _perfect(seq, 3)
+    tokens[1] = -7  # the second draft token is always wrong
+    got = fates.fates_of(tokens, seq, 10, 3)
+    corrected = [f for f in got if f.kind == fates.CORRECTED]
+    assert corrected and all(f.proposed == -7 for f in corrected)
+    assert all(f.depth == 1 for f in got if f.kind == fates.ACCEPTED)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=4, max_size=40), st.integers(1, 5), st.integers(1, 4),
+       st.randoms(use_true_random=False))
+def test_fates_count_what_the_walk_scores(sequence, prompt_len, k, rnd):
+    prompt_len = min(prompt_len, len(sequence) - 2)
+    tokens = torch.tensor([[rnd.randint(0, 3) for _ in range(len(sequence) - 1)] for _ in range(k)])
+    acc = ev.acceptance_of(tokens, sequence, prompt_len, k)
+    view = fates.PromptView("p", "c", sequence[:prompt_len], fates.fates_of(tokens, sequence, prompt_len, k), k)
+    assert view.reply == sequence[prompt_len:]
+    assert (view.rounds, view.accepted) == (len(acc.walk_accepted), sum(acc.walk_accepted))
+    assert view.histogram() == [acc.walk_accepted.count(j) for j in range(k + 1)]
+    assert sum(view.by_depth()) == view.accepted
+
+
+# ----------------------------------------------------------------------------------------------- token classes
+class _Chars:
+    """A tokenizer whose tokens are the strings of a list: ``decode([i])`` is ``texts[i]``."""
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def decode(self, ids, **_):
+        return "".join(self.texts[i] for i in ids)
+
+
+def test_token_classes_are_counted_from_the_text_and_the_draft_vocab():
+    texts = [" Hello", "world", " 42", ",", "\n```", "def", " f", "():", "```", " the"]
+    got = token_classes.classes_of(texts, list(range(len(texts))), torch.tensor([True] * 9 + [False]))
+    assert token_classes.WORD_START in got[0] and token_classes.WORD_START not in got[1]
+    assert got[2] == {token_classes.NUMBER}
+    assert got[3] == {token_classes.PUNCTUATION}
+    assert token_classes.CODE in got[5] and token_classes.CODE in got[7] and token_classes.CODE not in got[9]
+    assert got[9] == {token_classes.WORD_START, token_classes.OUTSIDE}
+
+
+def test_the_class_table_counts_failures_and_stays_silent_on_absent_classes():
+    texts = [" One", " two", " 3", ".", " four", " 5"]
+    tok = _Chars(texts)
+    fs = [fates.Fate(0, fates.FIRST), fates.Fate(1, fates.ACCEPTED, 1, round=0),
+          fates.Fate(2, fates.CORRECTED, proposed=0, round=0), fates.Fate(3, fates.ACCEPTED, 1, round=1),
+          fates.Fate(4, fates.ACCEPTED, 2, round=1), fates.Fate(5, fates.CORRECTED, proposed=1, round=1)]
+    view = fates.PromptView("p", "c", [], fs, 3)
+    table = token_classes.class_table([view], tok)
+    assert table.loc[token_classes.ALL, ["targets", "failed"]].tolist() == [5, 2]
+    assert table.loc[token_classes.NUMBER, ["targets", "accepted", "failed"]].tolist() == [2, 0, 2]
+    assert table.loc[token_classes.NUMBER, "share of failures"] == 1.0
+    assert table.loc[token_classes.CODE, "targets"] == 0  # no fence: nothing counted as code
+    assert table.loc[token_classes.OUTSIDE, "targets"] == 0  # a full-vocab draft: nothing outside it
+    assert "No class has" in token_classes.worst_line(table)  # 2 number targets: too few to name
+
+
+# ----------------------------------------------------------------------------------------------- a real draft
+@pytest.fixture(scope="module")
+def memorised(tiny_verifier, tmp_path_factory):
+    """A reduced-vocab draft of the tiny verifier that memorised one conversation (the verifier's own reply), and a
+    data directory holding that conversation twice: once held out (the prompt the page shows), once trained on."""
+    base = tmp_path_factory.mktemp("fates")
+    one_conversation("tiny", base / "one", reply_tokens=NEW_TOKENS, draft_vocab_size=1024)
+    chat = conv.read_jsonl(base / "one" / CONVERSATION)[0]
+    conv.write_jsonl(base / "twice.jsonl", [chat, chat])
+    data = base / "data"
+    build_dataset("tiny", data, n_conversations=1, seq_length=256, held_out=1, source=base / "twice.jsonl",
+                  draft_vocab_size=1024, progress=False)
+    session = TrainSession(data, DraftSpec(verifier="tiny", device="cpu", draft_vocab_size=1024), progress=False,
+                           lr=3e-3, max_steps=30, total_seq_len=round_up_to_block(257), train_data_ratio=1.0,
+                           scheduler_type="none")
+    session.run(30)
+    return session.export(base / "draft"), data
+
+
+def _tensors_edited(src: Path, out: Path, edit) -> Path:
+    shutil.copytree(src, out)
+    tensors = load_file(str(out / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+class _Spans(HTMLParser):
+    """Per prompt (``data-id``), the ``data-kind`` of each token span."""
+
+    def __init__(self):
+        super().__init__()
+        self.kinds: dict[str, list[str]] = {}
+        self._id = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "div" and "data-id" in a:
+            self._id = a["data-id"]
+            self.kinds[self._id] = []
+        elif tag == "span" and "data-kind" in a:
+            self.kinds[self._id].append(a["data-kind"])
+
+
+def test_the_page_shows_evaluates_per_prompt_tau_on_every_prompt(memorised, tmp_path, capsys):
+    draft, data = memorised
+    out, shown = tmp_path / "scores.json", tmp_path / "page.html"
+    code = main(["evaluate", "--draft", str(draft), "--data", str(data), "--bench", "held-out", "--bench", "mt-bench",
+                 "--n-prompts", "4", "--max-new-tokens", str(NEW_TOKENS), "--json", str(out), "--show", str(shown)])
+    assert code == 0 and "every token's fate" in capsys.readouterr().out
+    records = scores.read_sets(out)
+    html = shown.read_text()
+    assert "http" not in html.replace("http-equiv", "") and "<script" not in html  # self-contained
+    parser = _Spans()
+    parser.feed(html)
+    checked = 0
+    for name, by_engine in records.items():
+        for r in by_engine[draft.name]:
+            kinds = parser.kinds[r.id]
+            accepted = kinds.count(fates.ACCEPTED)
+            rounds = kinds.count(fates.CORRECTED) + kinds.count(fates.BONUS)
+            assert (rounds, accepted) == (r.rounds, r.accepted), (name, r.id)
+            checked += 1
+    assert checked == 5  # 1 held-out prompt + 4 MT-bench ones
+    held = records["held-out"][draft.name][0]
+    assert held.tau > 2.0, held  # the memorised conversation lights up: the test is not vacuous
+    assert f"τ (bonus token counted) {held.tau:.3f}" in html
+
+
+@pytest.mark.parametrize("breakage", ["d2t zeroed", "d2t one id off"])
+def test_a_draft_with_a_broken_vocab_mapping_lights_up_nothing(memorised, tmp_path, breakage):
+    draft, data = memorised
+    edit = {"d2t zeroed": lambda t: t.update(d2t=torch.zeros_like(t["d2t"])),
+            "d2t one id off": lambda t: t.update(d2t=t["d2t"] + 1)}[breakage]
+    broken = _tensors_edited(draft, tmp_path / "broken", edit)
+    verifier, tok = load_model("tiny"), load_tokenizer("tiny")
+    prompts = held_out_set(conv.read_jsonl(Path(data) / "held_out.jsonl"))
+    ids = render(tok, prompts)
+    conts = ev.continuations(verifier, [torch.tensor([i]) for i in ids], NEW_TOKENS, tok.eos_token_id, progress=False)
+    states: dict = {}
+    healthy = fates.views_of(verifier, reload(draft), prompts, ids, conts, K, states)
+    views = fates.views_of(verifier, reload(broken), prompts, ids, conts, K, states)
+    assert sum(v.accepted for v in healthy) > 0
+    assert sum(v.accepted for v in views) == 0 and all(v.tau == 1.0 for v in views)
+    spans = _Spans()
+    spans.feed(page({"broken": views}, tok, "broken"))
+    assert fates.ACCEPTED not in sum(spans.kinds.values(), [])
+
+
+def test_the_widget_shows_the_prompt_picked(memorised):
+    draft, _data = memorised
+    verifier, tok, model = load_model("tiny"), load_tokenizer("tiny"), reload(draft)
+    prompts = load_set("mt-bench", 2)
+    ids = render(tok, prompts)
+    conts = ev.continuations(verifier, [torch.tensor([i]) for i in ids], 12, tok.eos_token_id, progress=False)
+    computed = []
+
+    def view_at(i):
+        computed.append(i)
+        return fates.views_of(verifier, model, prompts[i:i + 1], ids[i:i + 1], conts[i:i + 1], K)[0]
+
+    viewer = TokenViewer([p.id for p in prompts], view_at, tok, K)
+    assert computed == [0] and prompts[0].id in viewer.page.value
+    viewer.picker.value = 1
+    assert computed == [0, 1] and prompts[1].id in viewer.page.value and prompts[0].id not in viewer.page.value
+    viewer.picker.value = 0  # kept, not computed again
+    assert computed == [0, 1] and viewer.page.value == prompt_html(viewer.views[0], tok)
+    failing = TokenViewer(["x"], lambda i: (_ for _ in ()).throw(ValueError("no such prompt")), tok, K)
+    assert "no such prompt" in failing.error and "no such prompt" in failing.page.value
+
+
+def test_hover_names_what_the_draft_proposed_instead(tiny_verifier):
+    tok = load_tokenizer("tiny")
+    seq = [5, 6, 7, 8, 9, 10, 11, 12]
+    tokens = _perfect(seq, 3)
+    tokens[0, 2] = 1000  # the first round (4 tokens committed: the prompt + the prefill's) proposes id 1000 first
+    view = fates.PromptView("p", "c", seq[:3], fates.fates_of(tokens, seq, 3, 3), 3)
+    html = prompt_html(view, tok)
+    corrected = re.findall(r'data-kind="corrected" title="([^"]*)"', html)
+    assert corrected and repr(tok.decode([1000])).replace("'", "&#x27;") in corrected[0]
