@@ -106,7 +106,8 @@ RECIPES = [
     Recipe("muon-equal-steps", "optimizer", "Muon as above at base's steps (equal steps, not equal minutes: torch's "
            "Muon orthogonalizes in bf16, which a CPU without native bf16 emulates)", train=(("optimizer", "muon"),),
            steps_like="base"),
-    Recipe("fc-norm", "norms", "Eagle 3.1's fc_norm (a norm per aux layer before fc)", draft=(("fc_norm", True),)),
+    Recipe("fc-norm", "norms", "Eagle 3.1's fc_norm (a norm per aux layer before fc; it replaces norm_before_fc, "
+           "which speculators refuses beside it)", draft=(("fc_norm", True), ("norm_before_fc", False))),
     Recipe("no-norm-output", "norms", "norm_output off (speculators' eagle3 default is on)",
            draft=(("norm_output", False),)),
     Recipe("no-norm-before-fc", "norms", "norm_before_fc off (speculators' eagle3 default is on)",
