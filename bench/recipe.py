@@ -143,7 +143,11 @@ RECIPES = [
            train=(("ttt_step_loss_decay", 0.8),)),
     Recipe("random-init", "warm start", "speculators' random init (no warm start)",
            train=(("warm_start_layer", None),)),
+    # the step this round made faster, undone: what the block-sparse step buys, as τ at equal minutes
+    Recipe("dense-step", "training step", "speculators' own dense sdpa forward (TrainSettings.attention "
+           "'speculators'), as every CPU step was before the block-sparse one", train=(("attention", "speculators"),)),
 ]
+ALWAYS_CHECKED = {"base", "dense-step"}  # run at the second budget whatever their Δ (the reference; the step's gain)
 
 
 @dataclass
@@ -274,9 +278,9 @@ class LabRunner:
             one = dataclasses.replace(plain, ttt_steps=1)
             return (curriculum * self.seconds_per_step(one, data_dir)
                     + (1 - curriculum) * self.seconds_per_step(plain, data_dir))
-        shape = json.dumps([r.data.draft_vocab_size, s["total_seq_len"], r.ttt_steps, len(r.data.aux_layer_ids or
-                                                                                          (0, 0, 0)),
-                            s.get("loss_fn", "kl_div"), s.get("optimizer", "adamw")])
+        parts = [r.data.draft_vocab_size, s["total_seq_len"], r.ttt_steps, len(r.data.aux_layer_ids or (0, 0, 0)),
+                 s.get("loss_fn", "kl_div"), s.get("optimizer", "adamw")]
+        shape = json.dumps(parts + ([s["attention"]] if s.get("attention", "auto") != "auto" else []))
         path = self.work / "calibration.json"
         table = json.loads(path.read_text()) if path.exists() else {}
         if shape not in table:
@@ -397,9 +401,9 @@ def main() -> int:
     checks = []
     if args.check and rows:
         scored = recipes.with_deltas([recipes.LabRow.from_result(r) for r in rows])
-        levers = [r for r in scored if r.lever != "reference" and "held-out" in r.delta]
+        levers = [r for r in scored if r.name not in ALWAYS_CHECKED and "held-out" in r.delta]
         top = sorted(levers, key=lambda r: r.delta["held-out"].mean, reverse=True)[:args.check_top]
-        checks = [x for r in RECIPES if r.name in {"base", *(t.name for t in top)}
+        checks = [x for r in chosen if r.name in ALWAYS_CHECKED | {t.name for t in top}
                   if (x := attempt(runner, r, args.check))]
     frontier = []
     if args.frontier:

@@ -10,6 +10,7 @@ import yaml
 from eagle3kit.cli import main
 from eagle3kit.draft.config import build_config
 from eagle3kit.errors import UserError
+from eagle3kit.evaluate import recipes
 from eagle3kit.train import launch
 from eagle3kit.train.loop import optimizer_args
 from eagle3kit.train.session import TrainSettings
@@ -39,6 +40,9 @@ def test_yaml_is_speculators_train_config(build, tiny_data, tmp_path):
     differs = set(table.loc[table["differs"] == "yes", "field"])
     assert {"optimizer", "total_seq_len", "seed"} <= differs
     assert not {"norm_before_fc", "norm_output", "norm_before_residual", "ttt_steps"} & differs
+    why = table.set_index("field").loc["optimizer", "why"]  # AdamW, not speculators' Muon: the lab's row says why
+    muon = next(r for r in recipes.read_lab().rows if r.name == "muon")
+    assert "`muon`" in why and f"{muon.delta['held-out'].mean:+.3f}" in why
 
 
 def test_yaml_carries_the_muon_optimizer(build, tiny_data, tmp_path):

@@ -200,6 +200,16 @@ def strongest_lever(lab: Lab, on: str = "held-out") -> str | None:
             "(bench/results/recipe.md). Measured on the demo verifier at CPU scale, not a forecast for a GPU run.")
 
 
+def evidence(lab: Lab, name: str, on: str = "held-out") -> str | None:
+    """The lab's measurement of recipe ``name`` against its base, at each budget it ran (a clause), or None."""
+    found = [r for r in lab.rows + lab.checks if r.name == name and on in r.delta]
+    if not found:
+        return None
+    parts = [f"{r.delta[on].mean:+.3f} [{r.delta[on].low:+.3f}, {r.delta[on].high:+.3f}] at {r.budget:g} CPU minutes"
+             for r in found]
+    return f"the recipe lab's row `{name}`: τ on {on} {' and '.join(parts)} against its base (bench/results/recipe.md)"
+
+
 def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = None, bar: float | None = None,
                   on: str = "held-out", before: list[LabRow] | None = None, before_label: str = "before") -> Figure:
     """τ (``on`` and MT-bench, with intervals) against the minutes that made the draft, for the best recipe at

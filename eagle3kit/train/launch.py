@@ -208,10 +208,27 @@ def explain_plan(plan: LaunchPlan) -> pd.DataFrame:
     for key, value in written.items():
         default = defaults.get(key)
         same = value == default
-        why = _CLUSTER_WHY if key in plan.local else _WHY
+        why = _CLUSTER_WHY.get(key) if key in plan.local else _why(key)
         rows.append({"field": key, "value": _short(value), "speculators default": _short(default),
-                     "differs": "" if same else "yes", "why": "" if same else why.get(key, "the session's setting")})
+                     "differs": "" if same else "yes", "why": "" if same else why or "the session's setting"})
     return pd.DataFrame(rows)
+
+
+LAB_ROWS = {"optimizer": "muon"}  # a field whose eagle3kit default the recipe lab's row of that name measured
+
+
+def _why(key: str) -> str | None:
+    """Why eagle3kit writes its own value of ``key``, with the recipe lab's measurement where a row tried it."""
+    from eagle3kit.evaluate import recipes
+
+    why = _WHY.get(key)
+    if key in LAB_ROWS:
+        try:
+            measured = recipes.evidence(recipes.read_lab(), LAB_ROWS[key])
+        except FileNotFoundError:
+            measured = None
+        why = f"{why}; {measured}" if why and measured else why
+    return why
 
 
 def _flatten_nested(nested: dict) -> dict:
