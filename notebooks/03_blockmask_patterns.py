@@ -56,6 +56,7 @@ from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.explorer import MaskExplorer
 from eagle3kit.data.layouts import pack, sharegpt_lengths
 from eagle3kit.masks.refusals import verdicts
+from eagle3kit.masks.tiny import plot_tiny, sees, tiny_mask
 from eagle3kit.masks.stats import equivalence, stats
 from eagle3kit.masks.eagle_mask import COMPILE_ABOVE, build_mask
 from eagle3kit.notebook import setup
@@ -63,6 +64,18 @@ from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
 
 workdir = setup(workdir, seed=seed)
+
+# %% [markdown]
+# ## The mask in miniature: 8 tokens, 2 documents, 3 TTT steps
+#
+# Before the real sizes, the same mask (built by speculators' functions) on 8 tokens: document 0 is tokens 0–2,
+# document 1 tokens 3–7. At TTT step 2 the keys come in three blocks: the tokens themselves, then the draft's guesses
+# from steps 1 and 2. The sentence under the figure reads the outlined row off the mask.
+
+# %%
+tiny = tiny_mask()
+display(plot_tiny(tiny))
+print(sees(tiny))
 
 # %% [markdown]
 # ## A packed batch of ShareGPT conversations
