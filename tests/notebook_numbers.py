@@ -2,7 +2,8 @@
 
 :func:`contradictions` reads a notebook executed by papermill (its markdown and its printed outputs) with the summary
 the notebook recorded (``summary_NN.json``) and its injected parameters, and names every statement whose number
-disagrees with them: a batch, a prompt count, a parameter or summary value stated as ``name = N``, and, in
+disagrees with them: a batch (where the summary records one), a prompt count, a parameter or summary value stated
+as ``name = N`` (``name=N`` is code, e.g. a refused example), and, in
 markdown, a value said to be a preset's (``N in the demo preset``) that the preset no longer has.
 """
 
@@ -63,7 +64,7 @@ def contradictions(ipynb_path: str | os.PathLike, summary: dict) -> list[str]:
     batches = {v for k, v in summary.items() if "batch" in k and isinstance(v, int)}
     problems = []
     for where, text, markdown in texts(nb):
-        for pattern in BATCH:
+        for pattern in BATCH if batches else ():  # a notebook whose summary records no batch states none of its own
             for m in pattern.finditer(text):
                 if _number(m.group(1)) not in batches:
                     problems.append(f"{name} {where}: states batch {m.group(1)} ({m.group(0)!r}); the run's summary "
@@ -73,7 +74,7 @@ def contradictions(ipynb_path: str | os.PathLike, summary: dict) -> list[str]:
                 if key in summary and _number(m.group(1)) != summary[key]:
                     problems.append(f"{name} {where}: states {m.group(0)!r}; the summary's {key} is {summary[key]}")
         for key, value in known.items():
-            for m in re.finditer(rf"(?<![\w.]){re.escape(key)}`? ?= ?{NUMBER}(?![\d.])", text):
+            for m in re.finditer(rf"(?<![\w.]){re.escape(key)}`? = {NUMBER}(?![\d.])", text):  # `a=1`: code
                 if _number(m.group(1)) != value:
                     problems.append(f"{name} {where}: states {m.group(0)!r}; this run's {key} is {value}")
         if markdown:
