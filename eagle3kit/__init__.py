@@ -33,6 +33,7 @@ What the notebooks share, above the stages:
 ``notebook``    the first cell's setup, the workdir places notebooks hand each other
 ``presets``     named parameter presets (``ci``, ``demo``)
 ``runner``      the notebooks run in order with papermill
+``course``      notebook 06's conclusion, generated from the run's summaries, the recipe lab and the presets
 """
 
 __version__ = "0.1.0"

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -15,6 +15,14 @@
 
 # %% [markdown]
 # # 01 · Build the EAGLE-3 draft config from a verifier
+#
+# **Headline.** This notebook builds a speculative-decoding *draft* for a verifier model with speculators' own classes,
+# shows where each of its settings comes from, and prices the real GPU run. Everything later (debugging, data,
+# training, the verdict) starts from this config, so a wrong value here costs hours there.
+#
+# The course: **01** build the draft · **02** debug its attention · **03** see its training mask · **04** make its
+# training data · **05** train it · **06** the verdict (τ, what it buys, what to change) · **07** why τ is what it is.
+# New words are explained in [docs/glossary.md](../docs/glossary.md).
 #
 # ## The idea
 #
@@ -164,3 +172,8 @@ saved = dc.save_config(build, workdir / DRAFT_CONFIG)
 print("draft config written to", saved / "config.json")
 record_summary(workdir, "01", trainable_params=counts["trainable"], attn=build.attention.implementation,
                forward_tokens_per_s=round(forward_tokens / seconds))
+
+# %% [markdown]
+# **What you have now:** the draft's `config.json` (in the workdir's `draft_config/`), a model that runs a forward
+# pass, and the cost of the GPU run. **What to do next:** notebook 02 shows the attention setting that decides whether
+# this draft trains at all, and how to catch it wrong before a GPU job does.

@@ -16,19 +16,23 @@
 # %% [markdown]
 # # 02 · Debug the draft's attention: replay the seed failure
 #
-# The costly bug this toolkit exists for, told as it happened. A user builds the draft's decoder config by hand
-# (a `LlamaConfig` filled with the verifier's numbers) and never sets `_attn_implementation`. speculators then builds
-# the draft for **flex attention**: its attention mask is a `BlockMask` (a sparse, block-by-block description of which
-# query may see which key). Training fails on the CPU, so the user switches the draft to `"sdpa"`, PyTorch's dense
-# attention, on the model they already have. But speculators chose the *mask builder* when the model was built: sdpa
-# now receives a BlockMask it cannot read. The fix is to choose the attention implementation **before** building the
-# draft: flex attention on a GPU, sdpa on a CPU. And a twist from speculators 0.9.0: transformers' own
-# `"flex_attention"`, the right fix for older speculators, now gets a *dense* mask and kills the process.
+# **Headline.** The attention setting decides whether a draft trains at all, and a wrong one fails hours into a GPU
+# job. This notebook replays a real failure step by step, shows the **doctor** predicting each step before it runs,
+# and measures every attention backend on this machine to pick the setting.
 #
-# Each step below runs for real, and its failure is caught and printed. Before each step, the **doctor**
-# (`eagle3kit.doctor.checks.check`, which reads the config or model and never runs it) says what it expects, so you can
-# see the failure predicted. Then the **probe** measures every backend in a subprocess and the notebook ends with the
-# setting to use on this machine.
+# The failure, in four steps:
+#
+# 1. A user builds the draft's decoder config by hand and never sets `_attn_implementation`. speculators then builds
+#    the draft for **flex attention**, whose mask is a `BlockMask` (a sparse, block-by-block map of which query may
+#    see which key). Training fails on the CPU.
+# 2. The user switches the built draft to `"sdpa"` (PyTorch's dense attention). But the *mask builder* was chosen when
+#    the model was built: sdpa now receives a BlockMask it cannot read.
+# 3. The fix: choose the attention implementation **before** building (flex attention on a GPU, sdpa on a CPU).
+# 4. A twist from speculators 0.9.0: transformers' own `"flex_attention"`, the fix for older speculators, now gets a
+#    *dense* mask and kills the process.
+#
+# Every failure below is real, caught and printed. The doctor (`eagle3kit.doctor.checks.check`) reads the config or
+# model without running it. Terms: [docs/glossary.md](../docs/glossary.md).
 
 # %% tags=["parameters"]
 verifier = "smollm2"     # the verifier whose shape the draft copies
@@ -148,16 +152,17 @@ settings_table(setting_configs(replay.config), matrix, device=device, seq_len=se
 # %% [markdown]
 # ## 7 · Recommended setting
 #
-# Derived from the rows above: the fastest backend whose cells ran and matched eager (Δ loss < 1e-4, all draft tokens
-# equal). The ratios below show how close the race is (median seconds relative to eager; on a busy 2-core machine a
-# few percent is noise). The CUDA recommendation is measured only when this machine has a GPU.
+# Derived from the rows above: among the backends whose cells ran and matched eager (Δ loss < 1e-4, all draft tokens
+# equal), the fastest is recommended only when it beats the default (the auto rule's choice, sdpa on a CPU) by more
+# than the noise: the repeats' spread, and at least a few percent on a busy machine. Otherwise both train and the
+# default stays. The `why` line says which. The CUDA recommendation is measured only when this machine has a GPU.
 
 # %%
 speed_ratios(matrix, seq_len)
 
 # %%
 rec = recommendations(matrix, device)
-print("\n".join(recommendation_lines(rec, device)))
+print("\n".join(recommendation_lines(rec, device, matrix)))
 
 # %%
 sdpa = probe_row(matrix, "sdpa", "forward+backward")
@@ -172,17 +177,18 @@ record_summary(workdir, "02", device=device, recommended_training=rec.get(f"{dev
                hf_flex_forward=None if hf_flex is None else hf_flex.status)
 
 # %% [markdown]
-# ## 8 · The failure catalogue
+# ## Advanced · 8 · The failure catalogue
 #
 # The seed's bug is one row of a catalogue: failures that users of speculators, SpecForge, EAGLE, vLLM and SGLang
-# reported, or that this notebook measures (`docs/failures.md`, read by `eagle3kit.doctor.catalogue`). Each row names
-# the symptom, where it was reported, the finding the doctor gives (its `check`), and the fix; each has a test that
-# builds the broken artifact and asserts the doctor names it.
+# reported, or that this notebook measures. Each row names the symptom, where it was reported, the doctor's finding
+# and the fix; each has a test that builds the broken artifact. Below: its first rows; the full table is
+# [docs/failures.md](../docs/failures.md).
 
 # %%
 catalogue = catalogue_frame()
-print(f"{len(catalogue)} rows in {catalogue.section.nunique()} sections of docs/failures.md")
-catalogue
+print(f"{len(catalogue)} rows in {catalogue.section.nunique()} sections; the first 6 below, all of them in "
+      "docs/failures.md")
+catalogue.head(6)
 
 # %% [markdown]
 # Two rows broken live, on the draft of this notebook (`eagle3kit.doctor.live`). `verifier-weights-nan`: the draft is built but
@@ -195,3 +201,8 @@ print(live.forgotten_verifier_weights(replay))
 
 # %%
 print(live.flex_at_odd_length(replay))
+
+# %% [markdown]
+# **What you have now:** the attention setting this machine trains with, measured, and a doctor that names the seed's
+# mistake before anything runs (`eagle3kit doctor`). **What to do next:** notebook 03 draws the mask that setting
+# builds, token by token.

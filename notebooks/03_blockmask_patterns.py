@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -15,6 +15,10 @@
 
 # %% [markdown]
 # # 03 · The EAGLE-3 training mask: tokens, blocks and TTT steps
+#
+# **Headline.** The draft is trained on several conversations packed into one row and on its own earlier guesses
+# (TTT steps), and one attention mask keeps all of that apart. This notebook draws that mask, built by speculators'
+# own functions, from an 8-token example up to the full length, and checks that every backend gets the same one.
 #
 # During training, the draft sees a **packed** batch: several conversations back to back, padded with document id `-1`
 # up to `total_seq_len`. speculators' `Eagle3DraftModel` builds its attention mask from three rules:
@@ -36,7 +40,7 @@ n_documents = 24          # conversations sampled from ShareGPT V3
 total_seq_len = 3072      # the packed batch (a multiple of 128, as speculators' flex path needs)
 ttt_steps = 3
 sliding_window = 256      # for the sliding-window variant
-long_seq_len = 4096       # the long-context view (32768 in the demo preset)
+long_seq_len = 4096       # the long-context view (presets: eagle3kit.presets)
 check_seq_len = 1024      # the dense equivalence check builds Q x KV masks: keep it modest
 seed = 0
 workdir = "../runs/interactive/work"
@@ -52,6 +56,7 @@ from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.explorer import MaskExplorer
 from eagle3kit.data.layouts import pack, sharegpt_lengths
 from eagle3kit.masks.refusals import verdicts
+from eagle3kit.masks.tiny import plot_tiny, sees, tiny_mask
 from eagle3kit.masks.stats import equivalence, stats
 from eagle3kit.masks.eagle_mask import COMPILE_ABOVE, build_mask
 from eagle3kit.notebook import setup
@@ -59,6 +64,18 @@ from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
 
 workdir = setup(workdir, seed=seed)
+
+# %% [markdown]
+# ## The mask in miniature: 8 tokens, 2 documents, 3 TTT steps
+#
+# Before the real sizes, the same mask (built by speculators' functions) on 8 tokens: document 0 is tokens 0–2,
+# document 1 tokens 3–7. At TTT step 2 the keys come in three blocks: the tokens themselves, then the draft's guesses
+# from steps 1 and 2. The sentence under the figure reads the outlined row off the mask.
+
+# %%
+tiny = tiny_mask()
+display(plot_tiny(tiny))
+print(sees(tiny))
 
 # %% [markdown]
 # ## A packed batch of ShareGPT conversations

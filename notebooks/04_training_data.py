@@ -16,6 +16,10 @@
 # %% [markdown]
 # # 04 · Training data from the real verifier, in speculators' own format
 #
+# **Headline.** A draft learns to predict the verifier from the verifier's own hidden states, so its data is made by
+# running the verifier. This notebook makes that data here, in exactly the folder layout `speculators train` reads, and
+# checks the parts that fail silently: the loss mask, the pre-norm last state, the vocabulary mapping.
+#
 # An EAGLE-3 draft learns from the verifier's hidden states: three *aux* layers as input, the last layer as target.
 # `speculators` normally gets them from a vLLM server. Here the HF verifier makes the same data on this machine (CPU or
 # GPU) and writes it in the layout `speculators train --data-path` reads, so the folder made here trains here
@@ -96,9 +100,9 @@ else:
 #
 # `build_dataset` is resumable: finished `hs_{i}.safetensors` files are skipped, truncated or corrupt ones (NaN, wrong
 # token ids, unreadable header) are found with speculators' own checks and made again, and every file is written to a
-# temporary name and renamed, so Ctrl-C loses at most the file in flight. The bar shows tokens/s.
+# temporary name and renamed, so Ctrl-C loses at most the file in flight.
 #
-# Hidden-state conventions, the same as vLLM's: aux layer id *i* is the **input** of decoder layer *i*
+# *Advanced: the hidden-state conventions, the same as vLLM's.* Aux layer id *i* is the **input** of decoder layer *i*
 # (= HF `hidden_states[i]`, 0 = embeddings); the last stored state is the final decoder layer's output **before** the
 # final norm, because speculators applies `verifier_norm` itself.
 
@@ -120,10 +124,11 @@ print("run again:", build_dataset(verifier, data_dir, **request, progress=False)
 #
 # The draft is trained only where the loss mask is 1: on the **assistant's** tokens (green below). The system prompt,
 # the user's turns and the chat template's markers (grey) are context: the draft reads them (through the verifier's
-# hidden states) but is never asked to predict them, because at serving time they come from the prompt, not from
-# generation. The mask follows speculators' render-boundary rule: for each assistant turn, what the chat template adds
-# between the prompt (with the generation prompt) and the prompt plus the reply. The table checks that each green run
-# decodes to exactly the assistant's text plus the template's end-of-turn marker.
+# hidden states) but is never asked to predict them, because at serving time they come from the prompt.
+#
+# Which tokens are "the assistant's"? speculators' **render-boundary rule**: render the chat up to the reply (with the
+# generation prompt), render it again with the reply; the tokens the second adds are the reply. The table checks that
+# each green run decodes to exactly the assistant's text plus the template's end-of-turn marker.
 
 # %%
 tokenizer = load_tokenizer(verifier)
@@ -174,7 +179,7 @@ data_plots.plot_coverage(curve, dvs)
 # ## Loading through speculators
 #
 # The proof that the format is right: speculators' own `ArrowDataset` (with `on_missing="raise"`, so nothing is
-# fetched from a server), its multipack sampler, its `CollateFn` and the eagle3 `shift_batch` preprocessing give the
+# fetched from a server), its multipack sampler (it fills each packed row with whole conversations, like bin packing), its `CollateFn` and the eagle3 `shift_batch` preprocessing give the
 # packed batches the trainer consumes. Documents are packed into one row; `document_ids` separates them (-1 = padding).
 
 # %%
@@ -223,3 +228,7 @@ record_summary(workdir, "04", samples=info.n_samples, tokens=info.tokens, assist
                regenerate_engine=regen.engine if regenerate_tokens else None,
                regenerate_seconds=round(regen.seconds + regen.start_seconds) if regenerate_tokens else 0,
                hidden_states_seconds=round(hidden_states_seconds))
+
+# %% [markdown]
+# **What you have now:** a data folder (`data/` in the workdir) that both notebook 05 and `speculators train` read,
+# checked. **What to do next:** notebook 05 trains the draft on it, one step at a time.

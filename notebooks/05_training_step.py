@@ -16,6 +16,10 @@
 # %% [markdown]
 # # 05 · Train the draft one step at a time
 #
+# **Headline.** This notebook trains the draft on notebook 04's data with speculators' own model and loss, one step at
+# a time, then proves the run is sound: it resumes bit for bit, it overfits one conversation, and speculators' own
+# trainer runs the very same configuration. What you train here is what a GPU cluster trains.
+#
 # `TrainSession` trains speculators' own `Eagle3DraftModel` on the data directory of notebook 04, one packed batch per
 # `step()`, exactly as one iteration of speculators' `Trainer` would on one GPU: same batches (`ArrowDataset` +
 # multipack sampler + `CollateFn`), same forward and loss, `clip_grad_norm_(1.0)`, AdamW and a linear warmup/decay
@@ -98,8 +102,15 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 # %% [markdown]
 # ## One step at a time
 #
-# `step()` returns the record of that step. The first step runs with learning rate 0: speculators warms up over 1% of
-# the schedule.
+# `step()` returns the record of that step. The learning rate follows speculators' linear schedule: a warmup over 1 %
+# of the schedule's steps, then a linear decay. With a schedule this short the warmup rounds to no step at all, so the
+# first step already runs at `lr`; the record's `lr` says what each step used.
+#
+# **What to expect at this scale.** The draft is one decoder layer that has seen a few thousand tokens; a real draft
+# sees hundreds of millions. So the loss falls but stays high, and the step-0 accuracy (draft token = verifier token)
+# sits around one token in ten at best. A loss that falls over the first steps is healthy here; a flat, rising or NaN
+# loss is not. Whether the *wiring* is sound is not shown by this loss but by the overfit check at the end: a draft
+# wired right memorises one conversation.
 
 # %%
 for _ in range(first_steps):
@@ -215,14 +226,16 @@ display(table[~table["equal"]] if not table["equal"].all() else table.head(12))
 # %% [markdown]
 # ### Rehearse it here: speculators' own trainer, on this CPU, under torchrun
 #
-# The dry run stops before the trainer does anything. `eagle3kit rehearse` runs speculators' own `speculators.train`
-# (its `main`, `Trainer`, data loaders, sampler, checkpointer, unchanged) on the very YAML above, here, with
-# `rehearse_ranks` processes under `torchrun` (gloo). speculators picks its device through `torch.accelerator`; on a
-# machine without one, `eagle3kit.train.rehearsal.cpu` presents the CPU as its accelerator, piece by piece (each
-# piece says what in speculators needs it). What a CPU cannot train (flex attention's backward, the Triton loss,
-# bf16 compared exactly) is passed as flags, never edited into the YAML, and listed. Then `TrainSession` trains the
-# run speculators resolved, as `rehearse_ranks` data-parallel ranks (one sampler per rank, gradients averaged), and
-# the two loss curves are drawn on each other. The doctor reads the run's records and log: a failure is one line.
+# The dry run stops before the trainer does anything. `eagle3kit rehearse` runs speculators' own trainer, unchanged,
+# on the very YAML above, here, with `rehearse_ranks` processes under `torchrun`. Then `TrainSession` trains the same
+# run and the two loss curves are drawn on each other; the doctor reads the trainer's records and log.
+#
+# *Advanced: how a GPU trainer runs on a CPU.* The ranks talk over gloo (PyTorch's CPU backend for collectives).
+# speculators picks its device through `torch.accelerator`; on a machine without one,
+# `eagle3kit.train.rehearsal.cpu` presents the CPU as its accelerator, piece by piece (each piece says what in
+# speculators needs it). What a CPU cannot train (flex attention's backward, the Triton loss, bf16 compared exactly)
+# is passed as flags, never edited into the YAML, and listed. `TrainSession` trains as `rehearse_ranks` data-parallel
+# ranks (one sampler per rank, gradients averaged).
 
 # %%
 from eagle3kit.doctor.findings import to_frame
@@ -293,3 +306,8 @@ record_summary(workdir, "05", steps=session.global_step, loss=round(last["loss"]
                overfit_tau=None if check_overfit is None else round(check_overfit.tau, 3),
                overfit_steps=None if check_overfit is None else check_overfit.steps,
                overfit_passed=None if check_overfit is None else check_overfit.passed)
+
+# %% [markdown]
+# **What you have now:** a checkpoint (`checkpoint_05/`), an exported draft, speculators' YAML with its `torchrun`
+# command, and three proofs that the run is sound (resume, rehearsal, overfit). **What to do next:** notebook 06
+# trains a little more and gives the verdict: τ.

@@ -16,6 +16,10 @@
 # %% [markdown]
 # # 07 · Why τ is what it is: every token's fate, where the draft fails, and τ against context length
 #
+# **Headline.** Notebook 06 gave the verdict; this notebook is the diagnosis. It colours every token of the verifier's
+# reply by what the draft did with it, counts where the draft fails by kind of token, and measures τ as the context
+# grows, so you know what more training has to fix.
+#
 # Notebook 06 measured *how much* the draft is accepted: τ per prompt, per category, per draft position. This notebook
 # shows *what* is accepted and where it breaks, for the very draft 06 exported and the very replies it scored (nothing
 # is trained or served again):
@@ -185,3 +189,8 @@ record_summary(workdir, "07", tau_shown_held_out=round(shown.tau, 3),
                         "τ against context: " + ", ".join(f"{c} {t:.2f}" for c, t in curve["tau"].items())
                         + (f"; {found.describe()}" if found else "")])
 print(f"notebook 07 took {time.perf_counter() - started:.0f}s after its imports")
+
+# %% [markdown]
+# **What you have now:** which tokens the draft misses and whether τ holds up at longer contexts. **What to do
+# next:** the levers in notebook 06's conclusion (more conversations, more steps: the recipe lab's frontier), then the
+# GPU hand-off it lists: `eagle3kit plan` → `eagle3kit launch` → `torchrun`.

@@ -95,7 +95,13 @@ def test_half_split_and_ordering_and_plot():
     spread = scores.half_split(records, splits=200)
     assert spread["prompts"] == 40 and 0 <= spread["median"] <= spread["p95"]
     table = scores.score_table({"simulated": records, "vLLM": records})
-    assert "does" in scores.ordering(table, "simulated") and scores.ordering(table.drop(index="math"), "vLLM") is None
+    assert "overlap, so no ordering is claimed" in scores.ordering(table, "simulated")  # the same noise everywhere
+    assert scores.ordering(table.drop(index="math"), "vLLM") is None
+    apart = [PromptScore(f"{c}{i}", c, 10, (18 if c in ("coding", "math") else 2) + i % 2)
+             for c in ("writing", "roleplay", "coding", "math") for i in range(10)]  # code and math far above
+    assert "the intervals separate, the published" in scores.ordering(scores.score_table({"s": apart}), "s")
+    one = [PromptScore(c, c, 10, 5) for c in ("writing", "roleplay", "coding", "math")]  # one prompt: no interval
+    assert "no ordering is claimed" in scores.ordering(scores.score_table({"s": one}), "s")
     fig = scores.plot_scores(table)
     assert isinstance(fig, Figure) and len(fig.axes[0].patches) == 2 * len(table)
     shown = scores.display_table(table)

@@ -41,7 +41,7 @@ LAYERS: list[set[str]] = [
     {"plan"},
     {"train"},
     {"doctor"},
-    {"presets", "runner", "notebook"},
+    {"presets", "runner", "notebook", "course"},
     {"cli"},
 ]
 

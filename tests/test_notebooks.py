@@ -16,8 +16,9 @@ from eagle3kit import notebook
 from eagle3kit.cli import main
 from eagle3kit.data.directory import DataDir
 from eagle3kit.draft.config import DraftSpec
+from notebook_numbers import contradictions
 from notebook_outputs import output_problems
-from eagle3kit.runner import notebook_parameters, notebooks, record_summary, run_notebooks
+from eagle3kit.runner import notebook_parameters, notebooks, read_summary, record_summary, run_notebooks
 from eagle3kit.train.session import TrainSettings
 
 NOTEBOOKS = notebooks()
@@ -108,6 +109,23 @@ def test_all_notebooks_run_with_the_ci_preset(ci_run):
     assert set(why["context_tau"]) == {"256", "1k"}
     assert why["trained_length"] == min(ci["05"]["total_seq_len"], ci["04"]["seq_length"])
     assert all((out / p.name).exists() for p in NOTEBOOKS)
+
+
+@pytest.mark.slow
+def test_executed_notebooks_state_only_numbers_their_run_measured(ci_run, tmp_path):
+    """Every batch, prompt count, parameter and preset value the executed ci notebooks state agrees with their own
+    summaries and presets; the same check fires on notebook 06 edited to state a wrong batch."""
+    out, _results = ci_run
+    summaries = {p.name: read_summary(out / "work", p.name[:2]) or {} for p in NOTEBOOKS}
+    problems = [x for p in NOTEBOOKS for x in contradictions(out / p.name, summaries[p.name])]
+    assert not problems, "\n".join(problems)
+    sixth = next(p for p in NOTEBOOKS if p.name.startswith("06"))
+    nb = nbformat.read(out / sixth.name, as_version=4)
+    wrong = summaries[sixth.name]["serve_batch"] + 7
+    nb.cells.append(nbformat.v4.new_markdown_cell(f"The planned GPU run is predicted at batch {wrong}."))
+    nbformat.write(nb, tmp_path / sixth.name)
+    (problem,) = contradictions(tmp_path / sixth.name, summaries[sixth.name])
+    assert f"states batch {wrong}" in problem
 
 
 def test_runner_reports_a_failing_cell(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from eagle3kit.doctor.attention_checks import SET_ATTN
-from eagle3kit.doctor.verdict import recommendation_lines, recommendations, speed_ratios
+from eagle3kit.doctor.verdict import NOISE_FLOOR, race, recommend, recommendation_lines, recommendations, speed_ratios
 
 
 def matrix() -> pd.DataFrame:
@@ -27,9 +27,30 @@ def test_speed_ratios_are_relative_to_eager_at_one_length():
     assert list(ratios.columns) == ["forward (x eager)", "forward+backward (x eager)"]
 
 
+def training_race(eager: tuple[float, float], sdpa: tuple[float, float]) -> pd.DataFrame:
+    """Two training cells that ran and matched eager: (median seconds, repeats' spread) each."""
+    rows = [("eager", "forward+backward", 128, "ok", *eager, 0.0, 1.0),
+            ("sdpa", "forward+backward", 128, "ok", *sdpa, 1e-6, 1.0)]
+    return pd.DataFrame(rows, columns=["backend", "mode", "seq_len", "status", "seconds", "spread", "max_abs_dloss",
+                                       "token_agreement"])
+
+
+def test_a_speed_claim_needs_a_margin_larger_than_the_repeats_spread():
+    """Notebook 02 once said `cpu training -> eager` from two noisy repeats: eager 2 % faster, spread 10 %."""
+    noisy = training_race(eager=(1.96, 0.2), sdpa=(2.0, 0.15))
+    assert recommend(noisy) == "sdpa" and race(noisy).fastest == "eager"
+    assert race(noisy).sentence().startswith("both train; sdpa stays")
+    clear = training_race(eager=(1.0, 0.05), sdpa=(2.0, 0.05))  # a margin of 1 s against 0.1 s of noise
+    assert recommend(clear) == "eager" and "larger than the noise" in race(clear).sentence()
+    no_spread = training_race(eager=(1.97, 0.0), sdpa=(2.0, 0.0))  # one repeat: the floor is the noise
+    assert race(no_spread).noise == NOISE_FLOOR * 2.0 and recommend(no_spread) == "sdpa"
+    lines = recommendation_lines(recommendations(noisy, "cpu"), "cpu", noisy)
+    assert any("both train; sdpa stays" in line for line in lines)
+
+
 def test_recommendation_lines_set_what_ran_and_matched_and_say_cuda_was_not_measured():
     rec = recommendations(matrix(), "cpu")
-    assert rec == {"cpu training": "eager", "cpu inference": "sdpa"}
+    assert rec == {"cpu training": "eager", "cpu inference": "sdpa"}  # eager trains in 2 s, sdpa in 3 s
     first, *lines = recommendation_lines(rec, "cpu")
     assert first.startswith("skipped: no CUDA") and SET_ATTN.format(impl="simple_flex_attention") in first
     assert lines == [f"cpu training    -> {SET_ATTN.format(impl='eager')}",

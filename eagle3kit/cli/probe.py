@@ -20,14 +20,17 @@ def probe_options(p: argparse.ArgumentParser) -> None:
 def cmd_probe(args: argparse.Namespace) -> int:
     """measure every attention backend on this device, crash-isolated"""
     from eagle3kit.doctor import probe
-    from eagle3kit.doctor.verdict import recommend
+    from eagle3kit.device import resolve_device
+    from eagle3kit.doctor.verdict import race
     from eagle3kit.tables import format_table
 
     matrix = probe.probe(verifier=args.verifier, device=args.device, backends=args.backends, modes=args.modes,
                          seq_len=args.seq_len, ttt_steps=args.ttt_steps, timeout_s=args.timeout,
                          repeats=args.repeats, isolate_each=args.isolate_each)
     print(format_table(matrix.drop(columns=["loss"])))
+    kind = "cuda" if resolve_device(args.device).startswith("cuda") else "cpu"
     for training in (True, False):
-        print(f"fastest backend matching eager ({'training' if training else 'inference'}): "
-              f"{recommend(matrix, training) or 'none'}")
+        found = race(matrix, training, kind)
+        print(f"recommended ({'training' if training else 'inference'}): {found.winner or 'none'} "
+              f"({found.sentence()})")
     return 0

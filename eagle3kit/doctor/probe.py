@@ -31,7 +31,8 @@ from eagle3kit.verifier import resolve
 BACKENDS = ("eager", "sdpa", "simple_flex_attention", "flex_attention", BLOCK_SPARSE)
 MODES = ("forward", "forward+backward")
 COLUMNS = ["backend", "mode", "seq_len", "status", "error", "resolved", "mask", "seconds", "loss", "max_abs_dloss",
-           "token_agreement", "peak_bytes"]  # peak_bytes: torch.cuda.max_memory_allocated of the step (CUDA only)
+           "token_agreement", "peak_bytes", "spread"]
+# peak_bytes: torch.cuda.max_memory_allocated of the step (CUDA only); spread: max - min seconds of the repeats
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def compare(cells: list[Cell], results: dict[int, dict]) -> pd.DataFrame:
         row = {"backend": cell.backend, "mode": cell.mode, "seq_len": cell.seq_len, "status": res["status"],
                "error": res.get("error", ""), "resolved": res.get("resolved", ""), "mask": res.get("mask", ""),
                "seconds": res.get("seconds"), "loss": res.get("loss"), "max_abs_dloss": None, "token_agreement": None,
-               "peak_bytes": res.get("peak_bytes")}
+               "peak_bytes": res.get("peak_bytes"), "spread": res.get("spread")}
         if res["status"] == "ok" and ref and ref.get("status") == "ok":
             row["max_abs_dloss"] = abs(res["loss"] - ref["loss"])
             if res.get("tokens") is None:  # eagle3kit's training step takes no draft argmax (teacher forcing)

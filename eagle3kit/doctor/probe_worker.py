@@ -100,6 +100,7 @@ def run_cell(build, state_dict, cell: dict, batch: dict, loss_config, device: st
             if cuda:  # torch.cuda.max_memory_allocated of the first step (weights, batch, step, gradients)
                 row["peak_bytes"] = torch.cuda.max_memory_allocated(device)
     row["seconds"] = sorted(times)[len(times) // 2]  # median
+    row["spread"] = max(times) - min(times)  # the repeats' range: the noise a speed claim must beat
 
 
 def first_tokens_mapping(build: DraftBuild) -> tuple[torch.Tensor | None, torch.Tensor | None]:

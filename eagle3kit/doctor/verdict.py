@@ -6,6 +6,8 @@ Both read the rows of :func:`eagle3kit.doctor.probe.probe`; nothing is written i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
@@ -13,26 +15,78 @@ from eagle3kit.doctor.attention_checks import CONSUMES, SET_ATTN
 from eagle3kit.doctor.checks import check
 from eagle3kit.doctor.facts import attention_facts
 from eagle3kit.doctor.probe import MODES
-from eagle3kit.draft.config import with_attention
+from eagle3kit.draft.config import resolve_attention, with_attention
 
 
-def recommend(matrix: pd.DataFrame, training: bool = True) -> str | None:
-    """The fastest backend whose cells (with gradients when ``training``) ran and matched eager; None if none did.
-    A training row without draft tokens (eagle3kit's block-sparse step takes no argmax) is matched by its loss."""
+NOISE_FLOOR = 0.05  # a race closer than this share of the default's seconds is noise on a busy machine
+
+
+@dataclass(frozen=True)
+class Race:
+    """The speed race behind one recommendation: the fastest backend that ran and matched eager, the default the
+    auto rule picks (:func:`eagle3kit.draft.config.resolve_attention`), and whether the one beats the other by more
+    than the noise (the larger of the two cells' repeat spreads, at least :data:`NOISE_FLOOR` of the default's time)."""
+
+    fastest: str | None
+    default: str | None  # None: the default did not run and match eager
+    margin: float = 0.0  # seconds the fastest saves over the default
+    noise: float = 0.0
+
+    @property
+    def winner(self) -> str | None:
+        """What to set: the fastest when it beats the default by more than the noise, else the default."""
+        if self.default is None or self.fastest == self.default:
+            return self.fastest
+        return self.fastest if self.margin > self.noise else self.default
+
+    def sentence(self) -> str:
+        """Why :attr:`winner`, in words, with the margin and the noise it was weighed against."""
+        if self.fastest is None:
+            return "no backend ran and matched eager"
+        if self.default is None or self.fastest == self.default:
+            return f"{self.fastest} was the fastest that ran and matched eager"
+        race = f"{self.fastest} beat {self.default} by {self.margin:.3f} s a step against a noise of {self.noise:.3f} s"
+        if self.winner == self.fastest:
+            return f"{race}: a margin larger than the noise"
+        return f"both train; {self.default} stays ({race}: within the noise, no speed claim)"
+
+
+def _matched(matrix: pd.DataFrame, training: bool) -> pd.DataFrame:
+    """The rows (first length) that ran and matched eager; a training row without draft tokens (eagle3kit's
+    block-sparse step takes no argmax) is matched by its loss."""
     mode = "forward+backward" if training else "forward"
     first_len = matrix.seq_len.iloc[0]
     rows = matrix[(matrix["mode"] == mode) & (matrix.seq_len == first_len) & (matrix.status == "ok")]
-    tokens = rows.token_agreement.fillna(1.0 if training else 0.0) if training else rows.token_agreement.fillna(0.0)
+    tokens = rows.token_agreement.fillna(1.0 if training else 0.0)
     good = rows[(rows.backend == "eager") | ((rows.max_abs_dloss.fillna(1.0) < 1e-4) & (tokens >= 0.999))]
-    good = good[good.backend != "unset"]
-    return None if good.empty else str(good.sort_values("seconds").iloc[0].backend)
+    return good[good.backend != "unset"].sort_values("seconds")
+
+
+def race(matrix: pd.DataFrame, training: bool = True, device: str = "cpu") -> Race:
+    """The :class:`Race` of the backends that ran and matched eager (with gradients when ``training``)."""
+    good = _matched(matrix, training)
+    if good.empty:
+        return Race(None, None)
+    fastest = good.iloc[0]
+    default = resolve_attention("auto", device, training).implementation
+    if default not in set(good.backend):
+        return Race(str(fastest.backend), None)
+    stays = good[good.backend == default].iloc[0]
+    spreads = [float(x) for x in (fastest.get("spread"), stays.get("spread")) if x is not None and x == x]
+    noise = max([*spreads, NOISE_FLOOR * float(stays.seconds)])
+    return Race(str(fastest.backend), default, float(stays.seconds - fastest.seconds), noise)
+
+
+def recommend(matrix: pd.DataFrame, training: bool = True, device: str = "cpu") -> str | None:
+    """The backend to set (:attr:`Race.winner`); None if none ran and matched eager."""
+    return race(matrix, training, device).winner
 
 
 def recommendations(matrix: pd.DataFrame, device: str) -> dict[str, str | None]:
     """The measured recommendation for training and inference on ``device`` (the probe ran only there)."""
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    return {f"{kind} training": recommend(matrix, training=True),
-            f"{kind} inference": recommend(matrix, training=False)}
+    return {f"{kind} training": recommend(matrix, True, kind),
+            f"{kind} inference": recommend(matrix, False, kind)}
 
 
 def probe_row(matrix: pd.DataFrame, backend: str, mode: str, seq_len: int | None = None) -> pd.Series | None:
@@ -85,12 +139,19 @@ def speed_ratios(matrix: pd.DataFrame, seq_len: int | None = None) -> pd.DataFra
     return (speed / speed.loc["eager"]).round(2).rename(columns=lambda m: f"{m} (x eager)")
 
 
-def recommendation_lines(recommended: dict[str, str | None], device: str) -> list[str]:
-    """:func:`recommendations` as the lines to set, and, off CUDA, the doctor's unmeasured rule for CUDA."""
+def recommendation_lines(recommended: dict[str, str | None], device: str,
+                         matrix: pd.DataFrame | None = None) -> list[str]:
+    """:func:`recommendations` as the lines to set, and, off CUDA, the doctor's unmeasured rule for CUDA; with the
+    ``matrix``, each line says why (:meth:`Race.sentence`: a speed claim only where the margin beats the noise)."""
     lines = [] if device.startswith("cuda") else [
         "skipped: no CUDA (the CUDA row is not measured on this machine; the doctor's rule for CUDA is "
         f"{SET_ATTN.format(impl='simple_flex_attention')!r})"]
-    return lines + [f"{what:15s} -> {setting_line(impl)}" for what, impl in recommended.items()]
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    for what, impl in recommended.items():
+        lines.append(f"{what:15s} -> {setting_line(impl)}")
+        if matrix is not None:
+            lines.append(f"{'':15s}    why: {race(matrix, what.endswith('training'), kind).sentence()}")
+    return lines
 
 
 def setting_line(impl: str | None) -> str:

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from eagle3kit.evaluate import scores
 from eagle3kit.evaluate.acceptance import Acceptance, DecodeRun
 from eagle3kit.evaluate.benchmarks import BenchPrompt
+from eagle3kit.evaluate.conventions import TAU_CONVENTION
 from eagle3kit.evaluate.vllm.gate import VllmGate
 from eagle3kit.evaluate.vllm.serve import VllmCheck
 
@@ -82,14 +83,20 @@ def stability_line(named: BenchScores, held_out: list[scores.PromptScore], engin
 
 def summary_numbers(sim: dict[str, Acceptance], real: dict[str, DecodeRun], gate: VllmGate,
                     named: BenchScores | None) -> dict[str, object]:
-    """Notebook 06's headline numbers: τ simulated, by the decode loop and by vLLM (None where it did not run), on
-    the held-out prompts and on the named set."""
+    """Notebook 06's headline numbers, each with what it measured: τ simulated, the decode loop's correctness check
+    (its prompts counted apart: it is no τ measurement of its own) and vLLM's τ with the batch it decoded (None where
+    it did not run), on the held-out prompts and on the named set."""
     vllm = gate.check
     out: dict[str, object] = {
+        "tau_convention": TAU_CONVENTION,
         "tau_untrained": round(sim["untrained"].tau, 3), "tau_trained": round(sim["trained"].tau, 3),
         "tau_decode_untrained": round(real["untrained"].tau, 3), "tau_decode_trained": round(real["trained"].tau, 3),
+        "decode_prompts_untrained": real["untrained"].prompts, "decode_prompts_trained": real["trained"].prompts,
         "lossless": all(r.lossless == r.prompts for r in real.values()),
         "tau_vllm": None if vllm is None else round(vllm.tau, 3),
+        "vllm_prompts": None if vllm is None else len(vllm.outputs_plain),
+        "vllm_batch": None if vllm is None else vllm.decoded_together,
+        "vllm_version": None if vllm is None else vllm.vllm_version,
         "vllm_lossless": None if vllm is None else vllm.lossless == len(vllm.outputs_plain),
         "tokens_per_s_vllm": None if vllm is None else {r: round(v, 1) for r, v in vllm.tokens_per_s.items()}}
     if named is not None:
@@ -97,5 +104,7 @@ def summary_numbers(sim: dict[str, Acceptance], real: dict[str, DecodeRun], gate
             out[f"{named.name}_{key}"] = named.overall(engine)
             out[f"{named.name}_{key}_categories"] = named.per_category(engine) or None
         group = gate.groups.get(named.name)
+        out[f"{named.name}_prompts"] = len(next(iter(named.records.values()), []))
+        out[f"{named.name}_continuations"] = named.continuations_from
         out[f"{named.name}_vllm_lossless"] = None if group is None else group.lossless == len(group.outputs_plain)
     return out

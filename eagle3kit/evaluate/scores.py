@@ -156,13 +156,20 @@ def plot_scores(table: pd.DataFrame, title: str = "τ per category") -> Figure:
 def ordering(table: pd.DataFrame, engine: str, high: tuple[str, ...] = ("coding", "math"),
              low: tuple[str, ...] = ("writing", "roleplay")) -> str | None:
     """Whether the draft shows the published EAGLE-3 shape (τ higher on code and math than on writing and roleplay),
-    as one sentence; None when the table lacks those categories."""
+    as one sentence; an ordering is claimed only where the 95 % intervals separate (every ``high`` category's interval
+    above every ``low`` one's, or below); None when the table lacks those categories."""
     if not all(c in table.index for c in high + low):
         return None
     top, bottom = (float(table.loc[list(cs), f"{engine} tau"].mean()) for cs in (high, low))
-    shows = "shows" if top > bottom else "does not show"
-    return (f"{engine}: τ on {' and '.join(high)} {top:.3f} against {bottom:.3f} on {' and '.join(low)}: the draft "
-            f"{shows} the published EAGLE-3 ordering (higher on code and math).")
+    lows, highs = table[f"{engine} low"], table[f"{engine} high"]
+    said = f"{engine}: mean τ on {' and '.join(high)} {top:.3f}, on {' and '.join(low)} {bottom:.3f}"
+    if lows[list(high + low)].isna().any():
+        return f"{said}: too few prompts a category for an interval, so no ordering is claimed."
+    if lows[list(high)].min() > highs[list(low)].max():
+        return f"{said}: the intervals separate, the published EAGLE-3 ordering (higher on code and math)."
+    if highs[list(high)].max() < lows[list(low)].min():
+        return f"{said}: the intervals separate the other way (lower on code and math than the published ordering)."
+    return f"{said}: the 95 % intervals overlap, so no ordering is claimed."
 
 
 def write_sets(path: str | os.PathLike, results: dict[str, dict[str, list[PromptScore]]], settings: dict,

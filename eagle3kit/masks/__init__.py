@@ -6,4 +6,5 @@
 ``refusals``    bad layouts refused in one sentence (``verdicts``)
 ``plots``       token heatmap, block map, statistics: functions that return a Figure; regions (``around``, ``corner``)
 ``explorer``    the interactive widget over those plot functions
+``tiny``        the mask in miniature (8 tokens, 2 documents, 3 TTT steps), labelled, and the sentence that reads it
 """

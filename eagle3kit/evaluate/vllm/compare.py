@@ -47,7 +47,7 @@ def speed_rows(check: VllmCheck | None, decoded: DecodeRun | None, max_new_token
     the same prompts one at a time (interleaved), labelled a correctness tool."""
     rows = {}
     if check is not None:
-        n, engine = len(check.outputs_plain), f"vLLM {check.vllm_version} (CPU build)"
+        n, engine = check.decoded_together, f"vLLM {check.vllm_version} (CPU build)"
         rows["vLLM"] = tuple(Measured(check.tokens_per_s[r], engine, n, n, max_new_tokens) for r in ("draft", "plain"))
     if decoded is not None and decoded.plain_seconds:
         rows["decode loop"] = tuple(Measured(decoded.tokens / s, DECODE_LOOP, 1, decoded.prompts, max_new_tokens)
@@ -63,6 +63,7 @@ def measured_line(check: VllmCheck | None, cpu: CpuPrediction | None = None) -> 
     draft, plain = check.tokens_per_s["draft"], check.tokens_per_s["plain"]
     predicted = (f"; the step costs predicted {cpu.predicted_tokens_per_s:.0f} tokens/s with the draft)." if cpu
                  else ").")
-    return (f"Measured here (vLLM CPU build, {len(check.outputs_plain)} prompts as one batch, load {check.load_text}): "
+    return (f"Measured here (vLLM CPU build, {check.decoded_together} sequences decoded together as one batch, load "
+            f"{check.load_text}): "
             f"{draft:.0f} tokens/s with the draft, {plain:.0f} without ({draft / plain:.2f}x, τ {check.tau:.2f}"
             + predicted)

@@ -103,6 +103,12 @@ class VllmCheck:
     steps: dict[str, list[dict]] = field(default_factory=dict)  # per run, each engine step's times (worker.StepTimer)
     load: dict[str, list[float]] = field(default_factory=dict)  # per run, the load average before and after it
     histograms: list[list[int]] = field(default_factory=list)  # per prompt, rounds by accepted draft tokens
+    batch: int = 0  # sequences decoded together in the timed runs (0: all of this check's prompts)
+
+    @property
+    def decoded_together(self) -> int:
+        """The batch the speed and step times were measured at: a :meth:`subset` keeps its whole run's."""
+        return self.batch or len(self.outputs_plain)
 
     @property
     def tau(self) -> float:
@@ -134,7 +140,7 @@ class VllmCheck:
         per_pos = [sum(n for h in hist for j, n in enumerate(h) if j > i) for i in range(self.k)]
         return replace(self, drafts=drafts, accepted=accepted, accepted_per_pos=per_pos,
                        outputs_draft=self.outputs_draft[start:end], outputs_plain=self.outputs_plain[start:end],
-                       histograms=hist)
+                       histograms=hist, batch=self.decoded_together)
 
     def summary(self) -> dict[str, object]:
         return {"tau_vllm": round(self.tau, 4), "drafts": self.drafts, "accepted": self.accepted,
