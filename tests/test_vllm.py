@@ -219,16 +219,21 @@ def test_served_command_answers_an_openai_client_and_stops_clean(untrained, smol
 
 
 # ----------------------------------------------------------------------------------------------- bad input
-def test_the_env_beside_the_checkout_is_found_from_any_working_dir(tmp_path, monkeypatch):
-    """Notebooks run with their own folder as the working dir: the environment ``make vllm`` made beside the
-    checkout must still be the one found (a move of this module once made it look in notebooks/)."""
-    from eagle3kit.vllm_env import CHECKOUT, VENV_VAR, vllm_env_dir
+def test_the_env_beside_the_python_env_is_found_from_any_working_dir(tmp_path, monkeypatch):
+    """Notebooks run with their own folder as the working dir: the environment ``make vllm`` made beside ``.venv``
+    must still be the one found (a move of this module once made it look in notebooks/)."""
+    import sys
 
-    assert (CHECKOUT / "eagle3kit" / "vllm_env.py").is_file() and (CHECKOUT / "Makefile").is_file()
+    from eagle3kit.vllm_env import VENV_VAR, vllm_env_dir
+
     monkeypatch.delenv(VENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
-    found = vllm_env_dir()
-    assert found == (CHECKOUT / ".venv-vllm" if (CHECKOUT / ".venv-vllm").exists() else tmp_path / ".venv-vllm")
+    beside = Path(sys.prefix).parent / ".venv-vllm"
+    assert vllm_env_dir() == (beside if beside.exists() else tmp_path / ".venv-vllm")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "elsewhere" / ".venv"))
+    assert vllm_env_dir() == tmp_path / ".venv-vllm"
+    (tmp_path / "elsewhere" / ".venv-vllm").mkdir(parents=True)
+    assert vllm_env_dir() == tmp_path / "elsewhere" / ".venv-vllm"
 
 
 def test_missing_vllm_env_names_the_command_that_makes_it(tmp_path, monkeypatch):

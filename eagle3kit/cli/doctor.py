@@ -75,6 +75,9 @@ def doctor_options(p: argparse.ArgumentParser) -> None:
                    help="check a trained draft folder (an export, a `speculators train` output, a downloaded draft) "
                    "against its verifier (--verifier overrides the one its config names) and --data")
     _add_options(p, DRAFT_ONLY)
+    p.add_argument("--catalogue", action="store_true",
+                   help="list the failure catalogue (what users of EAGLE-3 trainers and engines hit, and the check "
+                   "that names each) and exit")
 
 
 def refuse_idle_options(args: argparse.Namespace) -> None:
@@ -103,6 +106,21 @@ def state_ram(verifier) -> None:
     from eagle3kit.doctor.ram import available_bytes, ram_line
 
     print(ram_line(verifier, available_bytes()), flush=True)
+
+
+def cmd_catalogue() -> int:
+    """``doctor --catalogue``: the catalogue's rows, one line each: id, where, the doctor's check, the symptom."""
+    import pandas as pd
+
+    from eagle3kit.doctor.catalogue import catalogue_rows
+    from eagle3kit.tables import format_table, terminal_width
+
+    rows = catalogue_rows()
+    frame = pd.DataFrame([{"id": r.id, "where": r.cells.get("where", ""), "check": r.check or "",
+                           "symptom": r.cells.get("symptom", "")} for r in rows])
+    print(format_table(frame, terminal_width()))
+    print(f"\n{len(rows)} failures; each row's fix and public reference: eagle3kit.doctor.catalogue.catalogue_frame()")
+    return 0
 
 
 def cmd_doctor_draft(args: argparse.Namespace) -> int:
@@ -137,6 +155,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from eagle3kit.draft.model import build_model
     from eagle3kit.tables import terminal_width
 
+    if args.catalogue:
+        return cmd_catalogue()
     refuse_idle_options(args)
     if args.draft:
         return cmd_doctor_draft(args)
