@@ -94,7 +94,7 @@ print(how)
 build = session.build
 k = k or session.ttt_steps
 torch.manual_seed(seed)
-untrained = build_for_data(build, session.data_dir).eval()
+untrained = build_for_data(build, session.data).eval()
 verifier_model = load_model(build.verifier)
 tokenizer = load_tokenizer(build.verifier)
 print(f"draft: vocab {build.config.draft_vocab_size}, aux layers {build.aux_layer_ids}, attention "
@@ -107,7 +107,7 @@ print(f"draft: vocab {build.config.draft_vocab_size}, aux layers {build.aux_laye
 # the same greedy continuation of each prompt, so they measure the same thing.
 
 # %%
-held_out = held_out_conversations(session.data_dir)
+held_out = held_out_conversations(session.data)
 prompts = ev.chat_prompts(tokenizer, held_out, n_prompts, max_prompt_tokens=max_prompt_tokens)
 t0 = time.perf_counter()
 conts = ev.continuations(verifier_model, prompts, max_new_tokens, tokenizer.eos_token_id)

@@ -155,7 +155,7 @@ def test_a_normed_last_state_is_named(smollm2, tmp_path):
 
 @pytest.mark.catalogue("vocab-mapping-stale")
 def test_a_mapping_and_token_counts_from_other_data_are_named(copy, tiny_data, tiny_verifier):
-    shutil.copy(vocab.token_freq_path(tiny_data), vocab.token_freq_path(copy))  # another run's cached counts ...
+    shutil.copy(DataDir(tiny_data).token_freq_path, DataDir(copy).token_freq_path)  # another run's cached counts ...
     vocab.build_mapping(copy, VOCAB, tiny_verifier.text_config.vocab_size)  # ... and the mapping made from them
     found = check_data_dir(copy, "tiny")
     assert named(found, "vocab", "error", "token_freq.pt does not count")

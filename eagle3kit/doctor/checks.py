@@ -90,13 +90,13 @@ def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]
     last decoder layer: the targets computed from it must reproduce the verifier's own logits.
     """
     try:  # a directory without a manifest is told the verifier (its files are checked against it)
-        data_dir = DataDir.open(data_dir, verifier)
-        data_dir.require_verifier()
-        found = bad_files(data_dir)
+        data = DataDir.open(data_dir, verifier)
+        data.require_verifier()
+        found = bad_files(data)
     except Exception as exc:  # no dataset there; no manifest and no verifier; files another verifier made
         return [Finding("error", f"data directory {data_dir} cannot be checked", f"{type(exc).__name__}: {exc}",
                         "pass a data directory and the verifier that made it (--verifier NAME_OR_DIR)", "data_dir")]
-    if found and not data_dir.hidden_state_files():  # none at all: a prepared dataset not filled yet
+    if found and not data.hidden_state_files():  # none at all: a prepared dataset not filled yet
         return [Finding("error", f"data directory {data_dir} has no hidden states", f"its {len(found)} rows have no "
                         "hs_*.safetensors file", remake_command(data_dir), "data_dir")]
     if found:

@@ -130,7 +130,7 @@ def vocab_findings(r: dict) -> list[Finding]:
     return out
 
 
-def supervision_findings(data_dir: DataDir | str | os.PathLike, verifier=None) -> list[Finding]:
+def supervision_findings(data_dir: str | os.PathLike, verifier=None) -> list[Finding]:
     """Every finding of this module for ``data_dir`` (``verifier``: the one that made it; default: the manifest's)."""
     data = DataDir.open(data_dir)
     findings: list[Finding] = []
