@@ -46,6 +46,6 @@ clean:
 notebooks: $(STAMP)
 	$(BIN)/jupytext --sync notebooks/[0-9][0-9]_*.py
 
-# docs/ read the package, never the reverse: the failure catalogue is package data (eagle3kit/doctor/failures.md).
+# docs/ read the package, never the reverse: the failure catalogue is package data (eagle3kit/doctor/catalogue/failures.md).
 docs: $(STAMP)
-	$(BIN)/python -m eagle3kit.doctor.catalogue > docs/failures.md
+	$(BIN)/python -m eagle3kit.doctor.catalogue.rows > docs/failures.md

@@ -176,7 +176,7 @@ def handoff(result: dict, out: Path, work: Path, steps: int, loss: str, deadline
 
 
 def matrix(result: dict, sizes: list[int], vocab: int, deadline: float, cuda: bool) -> None:
-    from eagle3kit.doctor.probe import MODES, Cell, compare, run_cells
+    from eagle3kit.doctor.probe.matrix import MODES, Cell, compare, run_cells
     from eagle3kit.draft.config import build_config
     from eagle3kit.plan.memory import CPU_FP32, StepSettings, memory_parts
     from eagle3kit.plan.shapes import draft_shape

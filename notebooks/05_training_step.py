@@ -226,7 +226,7 @@ display(table[~table["equal"]] if not table["equal"].all() else table.head(12))
 
 # %%
 from eagle3kit.doctor.findings import to_frame
-from eagle3kit.doctor.rehearsal_checks import after
+from eagle3kit.doctor.checks.rehearsal import after
 from eagle3kit.train.rehearsal import compare
 from eagle3kit.train.rehearsal.plots import plot_side_by_side
 from eagle3kit.train.rehearsal.run import overrides_table, rehearse

@@ -1,4 +1,5 @@
-"""The failure catalogue (package data, eagle3kit/doctor/failures.md) and its tests agree: every row has a test marked
+"""The failure catalogue (package data, eagle3kit/doctor/catalogue/failures.md) and its tests agree: every row has a
+test marked
 with its id, every marked id is a row; docs/failures.md is generated from it."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3kit.doctor.catalogue import CATALOGUE, CatalogueError, catalogue_frame, catalogue_markdown, catalogue_rows
+from eagle3kit.doctor.catalogue.rows import (CATALOGUE, CatalogueError, catalogue_frame, catalogue_markdown,
+                                             catalogue_rows)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ from eagle3kit.data import vocab
 from eagle3kit.data.breakages import aux_one_layer_late, d2t_all_zero, last_state_normed
 from eagle3kit.data.dataset import _write_arrow, build_dataset, training_rows
 from eagle3kit.data.directory import MANIFEST, DataDir
-from eagle3kit.doctor.checks import check_data_dir
+from eagle3kit.doctor.checks.run import check_data_dir
 from eagle3kit.verifier import load_tokenizer
 
 VOCAB = 8

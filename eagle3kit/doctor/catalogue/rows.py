@@ -3,8 +3,8 @@ id, cells) and a table for notebooks and ``eagle3kit doctor --catalogue``.
 
 The one parser of that file: ``tests/test_catalogue.py`` ties each row id to the tests marked
 ``@pytest.mark.catalogue("<id>")`` through :func:`catalogue_rows`, and notebook 02 shows :func:`catalogue_frame`.
-The repository's ``docs/failures.md`` is generated from it: ``python -m eagle3kit.doctor.catalogue > docs/failures.md``
-(``make docs``; a test checks the two agree).
+The repository's ``docs/failures.md`` is generated from it (``make docs``: ``python -m
+eagle3kit.doctor.catalogue.rows > docs/failures.md``; a test checks the two agree).
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def catalogue_rows(path: str | os.PathLike = CATALOGUE) -> list[CatalogueRow]:
     return rows
 
 
-GENERATED = ("<!-- generated from eagle3kit/doctor/failures.md (the package's own copy) by `python -m "
-             "eagle3kit.doctor.catalogue > docs/failures.md` (make docs): edit that file, not this one -->\n")
+GENERATED = ("<!-- generated from eagle3kit/doctor/catalogue/failures.md (the package's own copy) by `python -m "
+             "eagle3kit.doctor.catalogue.rows > docs/failures.md` (make docs): edit that file, not this one -->\n")
 
 
 def catalogue_markdown(path: str | os.PathLike = CATALOGUE) -> str:
@@ -100,7 +100,7 @@ def demonstrate(row_id: str, findings: list, run: Callable[[], object] | None = 
     """A catalogue row shown live: its symptom, the doctor's findings of the row's check among ``findings``, and
     what ``run`` (the broken artifact at work) did, an exception caught as its first line."""
     from eagle3kit.doctor.findings import format_findings
-    from eagle3kit.doctor.probe_worker import first_line
+    from eagle3kit.doctor.probe.worker import first_line
 
     row = catalogue_row(row_id)
     mine = [f for f in findings if f.check == row.check]
@@ -114,5 +114,5 @@ def demonstrate(row_id: str, findings: list, run: Callable[[], object] | None = 
     return "\n".join(lines + [f"fix: {row.cells['fix']}"])
 
 
-if __name__ == "__main__":  # `python -m eagle3kit.doctor.catalogue > docs/failures.md`
+if __name__ == "__main__":  # `python -m eagle3kit.doctor.catalogue.rows > docs/failures.md`
     print(catalogue_markdown(), end="")

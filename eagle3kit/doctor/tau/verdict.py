@@ -1,7 +1,7 @@
 """Why is my τ low? From a draft folder + a data directory (or prompts): acceptance per draft position on the
 verifier's own continuations, the untrained baseline, the draft's agreement with the verifier on the dataset's text
 against on the verifier's continuations, served k against the trained TTT steps, and τ past the length the draft was
-trained at against τ within it (:mod:`eagle3kit.doctor.context_tau`), as a short verdict that ends with what that
+trained at against τ within it (:mod:`eagle3kit.doctor.tau.context`), as a short verdict that ends with what that
 acceptance buys when served (:mod:`eagle3kit.plan.speedup`: vLLM on one GPU, batch 1).
 
 ``why_low_tau(draft_dir, verifier=None, data_dir=None, prompts=None)`` -> :class:`TauReport` (``.table()``,
@@ -19,12 +19,12 @@ import pandas as pd
 import torch
 
 from eagle3kit.data.conversations import prompt_turns, turns_of
-from eagle3kit.doctor.context_tau import context_fall
-from eagle3kit.doctor.draft_folder import examine_draft_folder
-from eagle3kit.doctor.draft_loader import sliding_window
+from eagle3kit.doctor.checks.draft_folder import examine_draft_folder
+from eagle3kit.doctor.checks.draft_loader import sliding_window
+from eagle3kit.doctor.checks.folder import trained_steps
+from eagle3kit.doctor.checks.trained import Agreement
 from eagle3kit.doctor.findings import Finding
-from eagle3kit.doctor.folder_checks import trained_steps
-from eagle3kit.doctor.trained import Agreement
+from eagle3kit.doctor.tau.context import context_fall
 from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate.context_curve import Fall
@@ -150,7 +150,8 @@ def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None
     """Check the draft folder and measure why its τ is what it is, in one pass: the folder's findings (their
     "trained" judged from this one measurement) and the verdict. ``prompts``: conversations or strings (default: the
     data directory's held-out conversations, else built-in questions); ``k``: the served k (default: the config's);
-    ``before_load``: as :func:`~eagle3kit.doctor.draft_folder.examine_draft_folder`'s. A folder whose errors forbid
+    ``before_load``: as :func:`~eagle3kit.doctor.checks.draft_folder.examine_draft_folder`'s. A folder whose errors
+    forbid
     the measurement gives a report without one (``agreement`` None), its verdict saying so. ``bench``: measure on
     that named set (:mod:`eagle3kit.evaluate.benchmarks`), ``n_prompts`` of it (default :data:`BENCH_PROMPTS`, the
     categories in turn, each prompt whole) instead of the held-out prompts (default 8)."""
