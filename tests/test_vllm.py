@@ -80,7 +80,7 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys, mon
     from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.loader import held_out_conversations
     from eagle3kit.evaluate import benchmarks
-    from eagle3kit.evaluate import speed
+    from eagle3kit.evaluate import round_speed
     from eagle3kit.evaluate.export import reload
     from eagle3kit.evaluate.vllm import compare as vllm_compare
     from eagle3kit.evaluate.acceptance import chat_prompts, continuations, decode, simulate
@@ -160,11 +160,11 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys, mon
 
     # the step timer inside vLLM's worker: each decode round of the full batch ran k draft forwards and the verifier
     # over k + 1 tokens a sequence; the plain run's steps read one token a sequence and never drafted
-    drafted, plain = speed.step_costs(check.steps["draft"], K), speed.step_costs(check.steps["plain"])
+    drafted, plain = round_speed.step_costs(check.steps["draft"], K), round_speed.step_costs(check.steps["plain"])
     assert drafted.batch == plain.batch == len(prompts) and drafted.draft_forwards == K
     assert drafted.tokens == len(prompts) * (K + 1) and plain.tokens == len(prompts) and plain.draft_forwards == 0
     assert 0 < drafted.verifier_s < drafted.step_s and 0 < drafted.draft_s and 0 < plain.verifier_s <= plain.step_s
-    cpu = speed.cpu_prediction(check.steps, K, check.acceptance_per_pos, check.tokens_per_s, check.seconds)
+    cpu = round_speed.cpu_prediction(check.steps, K, check.acceptance_per_pos, check.tokens_per_s, check.seconds)
     assert cpu.tau == pytest.approx(check.tau) and cpu.predicted > 0 and cpu.predicted_tokens_per_s > 0
     assert all(len(check.load[r]) == 2 for r in ("draft", "plain"))
     rows = vllm_compare.speed_rows(check, loop, NEW_TOKENS)

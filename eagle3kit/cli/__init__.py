@@ -16,7 +16,7 @@ it; :mod:`eagle3kit.cli.args` builds options from typed fields and signatures.
 ``launch``      ``launch``: speculators' TrainConfig YAML and the torchrun command
 ``rehearse``    ``rehearse``: speculators' own trainer run here on that YAML
 ``plan``        ``plan``: disk, GPU memory, time and served speedup of the GPU run
-``measure``     what ``evaluate`` and ``vllm-check`` measure on: prompts, named sets, lengths, k; the benchmark table
+``eval_prompts`` what ``evaluate`` and ``vllm-check`` measure on: prompts, named sets, lengths, k; the benchmark table
 ``evaluate``    ``evaluate``: τ of exported drafts, simulated and decoded, or per benchmark category (06)
 ``install_vllm`` ``install-vllm``: vLLM's CPU build in its own environment
 ``vllm_check``  ``vllm-check``: the export served in vLLM, its τ beside eagle3kit's, lossless (06)

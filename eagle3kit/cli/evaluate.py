@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from eagle3kit.cli.measure import (bench_sets, bench_settings, check_bench, measure_options, print_scores, prompts_of,
-                                   sources_of)
+from eagle3kit.cli.eval_prompts import (bench_sets, bench_settings, check_bench, measure_options, print_scores,
+                                        prompts_of, sources_of)
 from eagle3kit.errors import UserError
 from eagle3kit.evaluate.benchmarks import LONG_CONTEXT
 

@@ -10,7 +10,7 @@ One round of chain speculation with ``k`` draft tokens, for a batch of ``B`` seq
 So the speedup is ``S = τ · t_plain / (t_verify + k · t_draft + t_other)`` and the draft pays when τ exceeds the
 break-even ``(t_verify + k · t_draft + t_other) / t_plain``. The costs come from a measurement (vLLM's CPU build here:
 :func:`step_costs` of :mod:`eagle3kit.evaluate.vllm.worker`'s step records) or from counted bytes and FLOPs
-(:mod:`eagle3kit.plan.speedup`, for a GPU).
+(:mod:`eagle3kit.plan.serving_speed`, for a GPU).
 
 Tokens/s side by side are only compared when they were measured the same way (:class:`Measured`,
 :func:`speed_table`): same engine, batch, prompts, tokens and warmth.
