@@ -96,17 +96,17 @@ def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]
                         "pass a data directory and the verifier that made it (--verifier NAME_OR_DIR)", "data_dir")]
     if found and not data.hidden_state_files():  # none at all: a prepared dataset not filled yet
         return [Finding("error", f"data directory {data_dir} has no hidden states", f"its {len(found)} rows have no "
-                        "hs_*.safetensors file", remake_command(data_dir), "data_dir")]
+                        "hs_*.safetensors file", remake_command(data), "data_dir")]
     if found:
-        fix = remake_command(data_dir)
+        fix = remake_command(data)
         return [Finding("error", f"hidden-state file {path} is unusable", why, fix, "data_dir")
                 for path, why in found.items()]
     try:
-        r = verify_targets(data_dir, verifier, n_samples=n_samples)
+        r = verify_targets(data, verifier, n_samples=n_samples)
     except Exception as exc:  # DataError (wrong verifier), missing files, ...
         return [Finding("error", f"data directory {data_dir} cannot be checked", f"{type(exc).__name__}: {exc}",
                         "eagle3kit data --out DIR --verifier NAME  # make the data with eagle3kit", "data_dir")]
-    findings = supervision_findings(data_dir, verifier)
+    findings = supervision_findings(data, verifier)
     numbers = (f"targets from the stored last state vs the verifier's logits on {r['tokens']} tokens: argmax agree "
                f"{r['argmax_agree']:.1%}, max |diff| {r['max_abs_diff']:.3g} (tolerance {r['tolerance']})")
     if r["ok"]:
