@@ -43,8 +43,8 @@ workdir = "../runs/interactive/work"
 # %%
 import torch
 
-from eagle3kit.doctor.catalogue.rows import live, seed_replay
-from eagle3kit.doctor.probe.matrix import matrix as probe
+from eagle3kit.doctor.catalogue import live, seed_replay
+from eagle3kit.doctor.probe import matrix as probe
 from eagle3kit.device import resolve_device
 from eagle3kit.doctor.catalogue.rows import catalogue_frame
 from eagle3kit.doctor.probe.plots import plot_timings

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from eagle3kit.cli import main
-from eagle3kit.doctor.checks.run import trained
+from eagle3kit.doctor.checks import trained
 from eagle3kit.doctor.checks.ram import available_bytes, ram_line
 from eagle3kit.draft.config import build_config
 from eagle3kit.draft.model import build_model, save_draft

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import TINY_DATA_SEQ as SEQ
 from eagle3kit.cli import main
-from eagle3kit.doctor.checks.run import rehearsal as rehearsal_checks
+from eagle3kit.doctor.checks import rehearsal as rehearsal_checks
 from eagle3kit.train.rehearsal import compare
 from eagle3kit.train.rehearsal.resume import preempt
 from eagle3kit.train.rehearsal.run import flags_for, rehearse, resolved

@@ -150,7 +150,7 @@ def cmd_doctor_draft(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """preflight findings for a draft on a device (exit 1 on an error finding)"""
-    from eagle3kit.doctor.checks.run import run as doctor
+    from eagle3kit.doctor.checks import run as doctor
     from eagle3kit.doctor.findings import findings_table, format_findings, has_errors
     from eagle3kit.draft.config import DraftSpec, build_config, set_attention
     from eagle3kit.draft.model import build_model

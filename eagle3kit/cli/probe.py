@@ -19,7 +19,7 @@ def probe_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """measure every attention backend on this device, crash-isolated"""
-    from eagle3kit.doctor.probe.matrix import matrix as probe
+    from eagle3kit.doctor.probe import matrix as probe
     from eagle3kit.doctor.probe.recommend import recommend
     from eagle3kit.tables import format_table
 

@@ -14,7 +14,7 @@ from speculators.models.eagle3 import Eagle3DraftModel
 from eagle3kit.doctor.catalogue.rows import demonstrate
 from eagle3kit.doctor.catalogue.seed_replay import SeedReplay
 from eagle3kit.doctor.checks.run import check
-from eagle3kit.doctor.probe.matrix import matrix as probe
+from eagle3kit.doctor.probe import matrix as probe
 from eagle3kit.doctor.probe.worker import make_batch
 from eagle3kit.draft.config import with_attention
 from eagle3kit.logs import quiet

@@ -28,7 +28,7 @@ from eagle3kit.doctor.checks.attention import recommended_attention
 from eagle3kit.doctor.checks.facts import mask_kind
 from eagle3kit.doctor.checks.run import check
 from eagle3kit.doctor.findings import Finding, format_findings, has_errors
-from eagle3kit.doctor.probe.matrix import matrix as probe
+from eagle3kit.doctor.probe import matrix as probe
 from eagle3kit.doctor.probe.worker import first_line, make_batch
 from eagle3kit.draft.config import build_config, set_attention, with_attention
 from eagle3kit.logs import quiet

@@ -15,7 +15,7 @@ import torch
 from speculators import SpeculatorModel
 from speculators.models.eagle3 import Eagle3SpeculatorConfig
 
-from eagle3kit.doctor.checks.run import folder as fc
+from eagle3kit.doctor.checks import folder as fc
 from eagle3kit.doctor.checks.data_facts import DataFacts, read_data_dir
 from eagle3kit.doctor.checks.draft_loader import DraftFolder, load_draft, open_draft, resolve_verifier
 from eagle3kit.doctor.checks.facts import DoctorSubject
