@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.eagle3kit-installed
 OUT    ?= runs/demo
 
-.PHONY: demo test lab env browser vllm clean notebooks
+.PHONY: demo test lab env browser vllm clean notebooks docs
 
 $(STAMP): pyproject.toml eagle3kit/assets.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml eagle3kit/assets.py
 env: $(STAMP)
 
 demo: $(STAMP) vllm
-	$(BIN)/eagle3kit run-notebooks --preset demo --out $(OUT)
+	$(BIN)/eagle3kit run-notebooks --notebooks notebooks --preset demo --out $(OUT)
 
 # -n 2: two pytest workers, whole files each (module fixtures stay shared); tests/conftest.py splits the cores.
 test: $(STAMP) browser vllm
@@ -45,3 +45,7 @@ clean:
 # notebooks/NN_*.py (jupytext percent format) are the sources; this writes the paired .ipynb files.
 notebooks: $(STAMP)
 	$(BIN)/jupytext --sync notebooks/[0-9][0-9]_*.py
+
+# docs/ read the package, never the reverse: the failure catalogue is package data (eagle3kit/doctor/catalogue/failures.md).
+docs: $(STAMP)
+	$(BIN)/python -m eagle3kit.doctor.catalogue.rows > docs/failures.md

@@ -15,7 +15,8 @@ matrix    the backend matrix (``eagle3kit probe``): eager / sdpa / simple_flex_a
           forward+backward at 2k, 8k, 32k tokens (CPU: 256, 512), ``torch.cuda.max_memory_allocated`` of each
           forward+backward step beside what :mod:`eagle3kit.plan.memory` predicts for the same step (fp32, eager loss,
           no optimizer state: the probe steps no optimizer).
-cpu_memory (CPU only) the planner beside :func:`eagle3kit.train.measure.measure_training_step` on the hand-off data.
+cpu_memory (CPU only) the planner beside :func:`eagle3kit.train.measured_memory.measure_training_step` on the
+          hand-off data.
 tests     ``pytest -m cuda`` (junit XML; on a CPU every test is skipped).
 
 Tolerance of the loss comparison: |speculators - eagle3kit| <= 1e-3 + 2e-2 x |speculators| per step and TTT step.
@@ -176,7 +177,7 @@ def handoff(result: dict, out: Path, work: Path, steps: int, loss: str, deadline
 
 
 def matrix(result: dict, sizes: list[int], vocab: int, deadline: float, cuda: bool) -> None:
-    from eagle3kit.doctor.probe import MODES, Cell, compare, run_cells
+    from eagle3kit.doctor.probe.matrix import MODES, Cell, compare, run_cells
     from eagle3kit.draft.config import build_config
     from eagle3kit.plan.memory import CPU_FP32, StepSettings, memory_parts
     from eagle3kit.plan.shapes import draft_shape
@@ -214,7 +215,7 @@ def cpu_memory(result: dict, data: Path, sizes: list[int]) -> None:
     from eagle3kit.draft.config import build_config
     from eagle3kit.plan.memory import CPU_FP32, StepSettings, total_bytes
     from eagle3kit.plan.shapes import draft_shape
-    from eagle3kit.train.measure import measure_training_step
+    from eagle3kit.train.measured_memory import measure_training_step
 
     build = build_config(verifier="tiny", draft_vocab_size=VOCAB, attn_implementation="sdpa", device="cpu")
     shape = draft_shape(build)
@@ -283,7 +284,8 @@ def stage_lines(name: str, stage: dict) -> list[str]:
                   "(no optimizer state)" + (f"; {stage['skipped_sizes']}" if "skipped_sizes" in stage else ""), "",
                   markdown_table(df)]
     if name == "cpu_memory" and "rows" in stage:
-        lines += ["TrainSession-sized step (PlainLoop, sdpa, eager loss, AdamW) measured by eagle3kit.train.measure",
+        lines += ["TrainSession-sized step (PlainLoop, sdpa, eager loss, AdamW) measured by "
+                  "eagle3kit.train.measured_memory",
                   "", markdown_table(pd.DataFrame(stage["rows"]))]
     if name == "tests" and "tests" in stage:
         lines += [f"pytest -m cuda: {stage['passed']} passed, {stage['skipped']} skipped, {stage['failures']} failed, "

@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eagle3kit.atomic import write_text  # noqa: E402
-from eagle3kit.doctor.draft_loader import sliding_window, trained_length  # noqa: E402
+from eagle3kit.doctor.checks.draft_loader import sliding_window, trained_length  # noqa: E402
 from eagle3kit.evaluate import context_curve, long_context  # noqa: E402
 from eagle3kit.evaluate.conventions import TAU_CONVENTION  # noqa: E402
 from eagle3kit.evaluate.export import reload  # noqa: E402

@@ -32,7 +32,7 @@ OPTIMIZERS = ("adamw", "muon")
 def held_out_metrics(session: TrainSession) -> dict[str, float]:
     """The draft's loss / full_acc per TTT step on the held-out rows (sums over all batches, then normalized)."""
     s = session.settings
-    loader = make_loader(session.data_dir, s.total_seq_len, session.dtype, train_ratio=s.train_data_ratio,
+    loader = make_loader(session.data, s.total_seq_len, session.dtype, train_ratio=s.train_data_ratio,
                          split="val", seed=s.seed)
     sums: dict[str, float] = {}
     session.model.eval()

@@ -26,9 +26,9 @@ import pandas as pd
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.draft.config import build_config
-from eagle3kit.plan import published
+from eagle3kit.plan import published_costs
 from eagle3kit.plan.disk import data_token_stats, disk_plan
-from eagle3kit.train.measure import measure_loss_peak, measure_training_step
+from eagle3kit.train.measured_memory import measure_loss_peak, measure_training_step
 from eagle3kit.plan.memory import CPU_FP32, StepSettings, loss_bytes, memory_parts
 from eagle3kit.plan.shapes import draft_shape
 from eagle3kit.tables import format_table
@@ -58,11 +58,11 @@ def sharegpt_tokens_per_conversation(n: int) -> float:
 
 
 def published_rows(eagle_conversations: int) -> list[dict]:
-    rows = [row("published", c.name, c.published, c.predicted, published.TOLERANCE, c.assumption)
-            for c in published.published_checks()]
+    rows = [row("published", c.name, c.published, c.predicted, published_costs.TOLERANCE, c.assumption)
+            for c in published_costs.published_checks()]
     if eagle_conversations:
         mean = sharegpt_tokens_per_conversation(eagle_conversations)
-        c = published.published_checks(mean)[-1]
+        c = published_costs.published_checks(mean)[-1]
         rows.append(row("published", c.name + " (ShareGPT V3 tokens counted)", c.published, c.predicted, None,
                         f"{mean:,.0f} tokens per conversation over {eagle_conversations} (SmolLM2 tokenizer, V3 not "
                         "V4.3): information, EAGLE's token count is not published"))

@@ -1,10 +1,10 @@
-"""From τ to speed: eagle3kit.plan.speedup against published EAGLE-3 (τ, speedup) pairs, and this CPU's vLLM
+"""From τ to speed: eagle3kit.plan.serving_speed against published EAGLE-3 (τ, speedup) pairs, and this CPU's vLLM
 measurement against the speedup its own step costs imply.
 
     .venv/bin/python bench/speedup.py --draft runs/demo/work/draft_06 --data runs/demo/work/data \\
         [--batches 16 1] [--repeats 2] [--out bench/results]
 
-published  every point of eagle3kit.plan.speed_published (vllm issue 20780's k sweep, SGLang PR 4247 / docs,
+published  every point of eagle3kit.plan.published_speedups (vllm issue 20780's k sweep, SGLang PR 4247 / docs,
            SGLang PR 4716): its setting, τ, the published speedup, the model's (its own plain step fixes the
            verifier's overhead; the draft's and the round's come from vllm issue 20780), their ratio
 cpu        the draft served by vLLM's CPU build (`eagle3kit.evaluate.vllm.serve.check_draft`: two engines, warm, the
@@ -27,15 +27,15 @@ import pandas as pd
 
 from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.evaluate import acceptance as ev
-from eagle3kit.evaluate import speed
+from eagle3kit.evaluate import round_speed
 from eagle3kit.evaluate.vllm import serve
-from eagle3kit.plan import speedup
+from eagle3kit.plan import serving_speed
 from eagle3kit.tables import format_table, markdown_table
 from eagle3kit.verifier import load_tokenizer
 
 
 def published() -> pd.DataFrame:
-    table = speedup.speed_checks()
+    table = serving_speed.speed_checks()
     return table.assign(**{"within 20%": table["within 20%"].map({True: "yes", False: "NO"})})
 
 
@@ -52,7 +52,8 @@ def cpu_rows(draft: str, data: str, n_prompts: int, max_new_tokens: int, max_pro
         for i in range(repeats):
             check = serve.check_draft(draft_dir, verifier, prompts, max_new_tokens, k,
                                       max_num_seqs=batch if batch < len(prompts) else None)
-            cpu = speed.cpu_prediction(check.steps, k, check.acceptance_per_pos, check.tokens_per_s, check.seconds)
+            cpu = round_speed.cpu_prediction(check.steps, k, check.acceptance_per_pos, check.tokens_per_s,
+                                             check.seconds)
             runs.append(cpu)
             raw.append({"batch": batch, "repeat": i, "tau": check.tau, "load": check.load,
                         "tokens_per_s": check.tokens_per_s, "seconds": check.seconds,
@@ -64,7 +65,7 @@ def cpu_rows(draft: str, data: str, n_prompts: int, max_new_tokens: int, max_pro
 
         rows.append(cpu_row(runs, [r for r in raw if r["batch"] == batch], batch, k))
         rows[-1]["ratio"] = round(rows[-1]["predicted"] / rows[-1]["published"], 3)
-        rows[-1]["within 20%"] = "yes" if abs(rows[-1]["ratio"] - 1) <= speedup.TOLERANCE else "NO"
+        rows[-1]["within 20%"] = "yes" if abs(rows[-1]["ratio"] - 1) <= serving_speed.TOLERANCE else "NO"
     return pd.DataFrame(rows), raw
 
 
@@ -75,7 +76,7 @@ def loads(raw: list[dict]) -> str:
     return "; ".join(f"{one(r['load']['draft'])} | {one(r['load']['plain'])}" for r in raw if r["load"])
 
 
-def cpu_row(runs: list[speed.CpuPrediction], raw: list[dict], batch: int, k: int) -> dict:
+def cpu_row(runs: list[round_speed.CpuPrediction], raw: list[dict], batch: int, k: int) -> dict:
     """The medians over repeats of one batch size, in the published table's columns (and the costs behind them)."""
     def med(f) -> float:
         return statistics.median(f(c) for c in runs)
@@ -126,10 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         "# bench/speedup.py\n\n`published` is the published speedup (for this CPU: the measured one); `predicted` is "
         "eagle3kit's (for this CPU: from the step costs measured inside vLLM and vLLM's τ).\n\n"
         f"{markdown_table(table[cols])}\n\n{markdown_table(table[['point', *extra]].fillna(''))}\n\n"
-        f"Engine overheads: {speedup.vllm_overheads().source}.\n")
+        f"Engine overheads: {serving_speed.vllm_overheads().source}.\n")
     (out / "speedup.json").write_text(json.dumps({"rows": table.to_dict(orient="records"), "cpu_runs": raw},
                                                  indent=1, default=str))
     print(f"wrote {out / 'speedup.md'} and {out / 'speedup.json'}")
+    if args.draft:  # the package keeps this CPU's rows (doctor and notebook 06 cite them)
+        round_speed.write_cpu_points(json.loads((out / "speedup.json").read_text())["rows"])
+        print(f"and this CPU's rows into {round_speed.CPU_POINTS}")
     return 0
 
 

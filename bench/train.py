@@ -24,7 +24,7 @@ from eagle3kit.train.session import TrainSession
 
 def plain_trainer(session):
     """The plain loop (eagle3kit.train.loop) on the session's batches, in the session's order."""
-    loop = PlainLoop(session.build, session.data_dir, session.settings, session.total_steps)
+    loop = PlainLoop(session.build, session.data, session.settings, session.total_steps)
     dataset, collate, batches = session.batches.dataset, session.batches.collate, session.batches
 
     def step(epoch: int, index: int) -> float:

@@ -130,7 +130,7 @@ def scored_by_06(workdir: str | os.PathLike, verifier: str, fallback_steps: int,
         else:
             session, start = continue_or_start(work, True, verifier, seed=seed, progress=False, warm_start_layer=-1)
             session.run(fallback_steps)
-            draft_dir, data = session.export(work / DRAFT_07), session.data_dir.path
+            draft_dir, data = session.export(work / DRAFT_07), session.data.path
             sets = _score_here(session, n_prompts, bench, n_bench_prompts, max_new_tokens)
             how = (f"notebook 06 did not run here: {start}, trained {fallback_steps} more steps "
                    f"({session.global_step} in all)")
@@ -150,7 +150,7 @@ def _score_here(session, n_prompts: int, bench: str, n_bench_prompts: int, max_n
 
     tok, model = load_tokenizer(session.build.verifier), load_model(session.build.verifier)
     held = [benchmarks.cut_user_turn(tok, p, MAX_PROMPT_TOKENS)
-            for p in benchmarks.held_out_set(held_out_conversations(session.data_dir.path), n_prompts)]
+            for p in benchmarks.held_out_set(held_out_conversations(session.data.path), n_prompts)]
     sets = {benchmarks.HELD_OUT: held, **({bench: benchmarks.load_set(bench, n_bench_prompts)} if bench else {})}
     out = {}
     for name, prompts in sets.items():

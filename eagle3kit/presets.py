@@ -37,12 +37,10 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "04": {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
                "dtype": "float32", "regenerate_tokens": 16, "regenerate_engine": "transformers"},
-        # demo: the recipe lab's best point that fits the demo's 10 minutes (bench/recipe.py --frontier,
-        # bench/results/recipe.md): 2.5 CPU minutes of data + training, the other ~6.5 being the notebooks' own work
-        # (vLLM's check of 96 prompts, the rehearsal, the overfit check, imports). The verifier writes 128 replies of
-        # <= 96 tokens to user turns cut to 128 tokens (vLLM's CPU build where `make vllm` installed it, ~3x
-        # transformers here), a 2048-token draft vocab, hidden states in bf16 where the CPU has it ("native"). The
-        # same recipe at 5 / 10 / 20 minutes reaches held-out τ 1.34 / 1.45 / 1.65 (notebook 06 draws it).
+        # demo: the recipe lab's best point that fits the demo's 10 minutes (bench/recipe.py --frontier): the
+        # verifier writes 128 replies of <= 96 tokens to user turns cut to 128 tokens (vLLM's CPU build where
+        # `make vllm` installed it), a 2048-token draft vocab, hidden states in bf16 where the CPU has it ("native").
+        # What it costs and reaches, measured: docs/demo.md ("The demo preset's values") and bench/results/recipe.md.
         "demo": {"n_conversations": 128, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
                  "batch_size": 4, "dtype": "native", "regenerate_tokens": 96, "regenerate_prompt_tokens": 128},
     },
@@ -51,9 +49,8 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                "rehearse_ranks": 2, "rehearse_steps": 3, "tau_every": 2},
         # demo training budget, shared with 06 (which resumes this session): 28 steps here + 28 in 06 = the 56 steps
-        # the lab's 2.5-minute point trained, 1024 tokens a step, bf16 autocast where the CPU has it ("native"; ~0.75 s
-        # a step on a 2-core AVX512-BF16 EPYC, ~1.4x float32), from the verifier's last layer
-        # (eagle3kit.draft.warm_start), at TrainSettings' lr 1e-3 (the lab's one lever with a paired gain at 5 minutes).
+        # of the lab's point, 1024 tokens a step, bf16 autocast where the CPU has it ("native"), from the verifier's
+        # last layer (eagle3kit.draft.warm_start), at TrainSettings' lr; measured step times: docs/demo.md.
         "demo": {"max_steps": 56, "warm_start_layer": -1, "hidden_states_dtype": "native",
                  "first_steps": 3, "run_steps": 25, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                  "rehearse_ranks": 2, "rehearse_steps": 3},
@@ -62,9 +59,9 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_prompts": 2, "max_new_tokens": 24,
                "max_prompt_tokens": 64, "k": 0, "vllm_check": False, "n_bench_prompts": 8},
         # demo: `make demo` installs vLLM's CPU build first (`make vllm`), so the export is checked in real vLLM, on
-        # the 16 held-out prompts and MT-bench's 80 first turns (vLLM's per-request counters; simulating the 80 too
-        # would cost ~45 s of the demo's 10 minutes: `eagle3kit evaluate --bench mt-bench` does it); the decode loop,
-        # one prompt at a time, proves the output unchanged on one prompt (vLLM on all of them).
+        # the 16 held-out prompts and MT-bench's 80 first turns (vLLM's per-request counters; simulating the 80 too is
+        # left to `eagle3kit evaluate --bench mt-bench`, its cost in docs/demo.md); the decode loop, one prompt at a
+        # time, proves the output unchanged on one prompt (vLLM on all of them).
         "demo": {"resume_from_05": True, "train_steps": 28, "n_prompts": 16, "n_decode_prompts": 1,
                  "max_new_tokens": 64, "bench_simulated": False,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},

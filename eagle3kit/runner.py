@@ -1,4 +1,9 @@
-"""Execute ``notebooks/NN_*.ipynb`` in order with papermill, with a named preset, into an output folder."""
+"""Execute ``notebooks/NN_*.ipynb`` in order with papermill, with a named preset, into an output folder.
+
+The notebooks live in the repository, not in the package: the caller names their folder (``notebook_dir``;
+``eagle3kit run-notebooks --notebooks DIR``, whose default is ``notebooks/`` of the working directory, the
+repository's root where ``make demo`` runs it).
+"""
 
 from __future__ import annotations
 
@@ -17,9 +22,6 @@ from eagle3kit.errors import UserError
 from eagle3kit.outputs import check_output
 from eagle3kit.tables import markdown_table
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-
-
 @dataclass
 class NotebookResult:
     notebook: str
@@ -30,9 +32,9 @@ class NotebookResult:
     summary: dict | None = None
 
 
-def notebooks(directory: str | os.PathLike | None = None, select: list[str] | None = None) -> list[Path]:
-    """The numbered notebooks in order, optionally only those whose number or name is in ``select``."""
-    paths = sorted(Path(directory or NOTEBOOK_DIR).glob("[0-9][0-9]_*.ipynb"))
+def notebooks(directory: str | os.PathLike, select: list[str] | None = None) -> list[Path]:
+    """The numbered notebooks of ``directory`` in order, optionally only those whose number or name is in ``select``."""
+    paths = sorted(Path(directory).resolve().glob("[0-9][0-9]_*.ipynb"))
     if select:
         paths = [p for p in paths if p.name[:2] in select or p.stem in select or p.name in select]
     return paths
@@ -121,20 +123,23 @@ def _failure(output: Path) -> tuple[int | None, str]:
 
 def run_notebooks(
     out_dir: str | os.PathLike,
+    notebook_dir: str | os.PathLike,
     preset: str = "ci",
     overrides: dict | None = None,
     select: list[str] | None = None,
-    notebook_dir: str | os.PathLike | None = None,
     stop_on_failure: bool = True,
     progress: bool = True,
 ) -> list[NotebookResult]:
-    """Run the notebooks in order; write executed copies and ``summary.json`` / ``summary.md`` into ``out_dir``."""
+    """Run the notebooks of ``notebook_dir`` in order; write executed copies and ``summary.json`` /
+    ``summary.md`` into ``out_dir``."""
     presets.parameters(preset, "00")  # fail early on an unknown preset
     out = Path(out_dir).resolve()
     workdir = out / "work"
     paths = notebooks(notebook_dir, select)
     if not paths:
-        raise FileNotFoundError(f"No notebooks matched {select or 'NN_*.ipynb'} in {notebook_dir or NOTEBOOK_DIR}.")
+        raise FileNotFoundError(f"No notebooks matched {select or 'NN_*.ipynb'} in "
+                                f"{Path(notebook_dir).resolve()}: run from the repository's root, or pass "
+                                "--notebooks DIR.")
     check_parameters(paths, preset, overrides or {})
     check_values(paths, preset, overrides or {}, workdir)
     check_output(out, "out_dir")

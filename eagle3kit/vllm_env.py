@@ -47,14 +47,12 @@ class VllmNotInstalled(VllmError, UserError):
     """There is no finished vLLM environment; the message names the command that makes one."""
 
 
-CHECKOUT = Path(__file__).resolve().parents[1]  # eagle3kit/vllm_env.py -> the checkout holding eagle3kit/
-
-
 def vllm_env_dir() -> Path:
-    """``$EAGLE3KIT_VLLM_VENV``, else ``.venv-vllm`` beside the eagle3kit checkout (else in the working dir)."""
+    """``$EAGLE3KIT_VLLM_VENV``, else ``.venv-vllm`` beside the Python environment eagle3kit runs in (``make vllm``
+    makes it beside ``.venv``; notebooks run with their own folder as the working dir), else in the working dir."""
     if os.environ.get(VENV_VAR):
         return Path(os.environ[VENV_VAR])
-    beside = CHECKOUT / ".venv-vllm"
+    beside = Path(sys.prefix).parent / ".venv-vllm"
     return beside if beside.exists() else Path.cwd() / ".venv-vllm"
 
 

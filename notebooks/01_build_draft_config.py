@@ -69,7 +69,7 @@ import time
 import torch
 
 from eagle3kit.draft import config as dc
-from eagle3kit.draft import report
+from eagle3kit.draft import explain
 from eagle3kit.draft.idea import plot_idea
 from eagle3kit.draft.model import build_model, forward_random
 from eagle3kit.notebook import DRAFT_CONFIG, setup
@@ -98,7 +98,7 @@ plot_idea(build)
 # %%
 draft = build_model(build)
 print(f"built in {time.perf_counter() - t0:.1f}s on {build.device}; verifier at {build.verifier.path}")
-report.explain(build, draft)
+explain.explain(build, draft)
 
 # %% [markdown]
 # ## Parameters and memory
@@ -107,10 +107,10 @@ report.explain(build, draft)
 # norm come from the verifier and stay frozen (speculators initialises them to NaN so that a missing load is visible).
 
 # %%
-counts = report.parameter_counts(draft)
+counts = explain.parameter_counts(draft)
 print({k: f"{v:,}" for k, v in counts.items()})
-assert report.verifier_weights_loaded(draft), "verifier weights missing"
-report.memory_footprint(draft, torch.float32)
+assert explain.verifier_weights_loaded(draft), "verifier weights missing"
+explain.memory_footprint(draft, torch.float32)
 
 # %% [markdown]
 # ## Which attention implementation, and why
@@ -120,7 +120,7 @@ report.memory_footprint(draft, torch.float32)
 
 # %%
 print("registered here:", dc.registered_attention_implementations())
-report.attention_choices()
+explain.attention_choices()
 
 # %% [markdown]
 # ## A draft for a model you cannot load here: Kimi-K2.5
@@ -132,8 +132,8 @@ report.attention_choices()
 # %%
 kimi = dc.build_config(verifier="kimi-k2.5", ttt_steps=ttt_steps)
 kimi_draft = build_model(kimi)
-display(report.explain(kimi, kimi_draft))
-report.memory_footprint(kimi_draft, torch.bfloat16)
+display(explain.explain(kimi, kimi_draft))
+explain.memory_footprint(kimi_draft, torch.bfloat16)
 
 # %% [markdown]
 # ## The cost of the real run: disk, GPU memory, time

@@ -31,7 +31,7 @@
 # 4. A twist from speculators 0.9.0: transformers' own `"flex_attention"`, the fix for older speculators, now gets a
 #    *dense* mask and kills the process.
 #
-# Every failure below is real, caught and printed. The doctor (`eagle3kit.doctor.checks.check`) reads the config or
+# Every failure below is real, caught and printed. The doctor (`eagle3kit.doctor.checks.run.check`) reads the config or
 # model without running it. Terms: [docs/glossary.md](../docs/glossary.md).
 
 # %% tags=["parameters"]
@@ -47,11 +47,12 @@ workdir = "../runs/interactive/work"
 # %%
 import torch
 
-from eagle3kit.doctor import attention_replay, live, probe
+from eagle3kit.doctor.catalogue import live, seed_replay
+from eagle3kit.doctor.probe import matrix as probe
 from eagle3kit.device import resolve_device
-from eagle3kit.doctor.catalogue import catalogue_frame
-from eagle3kit.doctor.plots import plot_timings
-from eagle3kit.doctor.verdict import (probe_row, recommendation_lines, recommendations, setting_configs,
+from eagle3kit.doctor.catalogue.rows import catalogue_frame
+from eagle3kit.doctor.probe.plots import plot_timings
+from eagle3kit.doctor.probe.recommend import (probe_row, recommendation_lines, recommendations, setting_configs,
                                       settings_table, speed_ratios)
 from eagle3kit.notebook import setup
 from eagle3kit.runner import record_summary
@@ -61,14 +62,14 @@ from eagle3kit.runner import record_summary
 workdir = setup(workdir, seed=seed)
 device = resolve_device("auto")
 print("device:", device, "| torch", torch.__version__)
-replay = attention_replay.SeedReplay(verifier, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed, device=device)
+replay = seed_replay.SeedReplay(verifier, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed, device=device)
 print(f"one packed batch of {seq_len} tokens (two documents + padding), {ttt_steps} TTT steps; every step below uses "
       "the same draft weights and compares with eager attention")
 
 # %% [markdown]
 # ## 1 · The hand-built config: attention left unset
 #
-# `attention_replay.hand_built_config` writes the draft's decoder config as the seed's user did. Nothing sets
+# `seed_replay.hand_built_config` writes the draft's decoder config as the seed's user did. Nothing sets
 # `_attn_implementation`, so it stays `None`; speculators turns `None` into its own `simple_flex_attention` and builds
 # a BlockMask. The doctor warns about the unset value and, on a CPU, predicts that training fails (flex attention has
 # no backward pass there). Below: the BlockMask the draft built (its 128-token blocks: █ computed, blank skipped), a
@@ -118,7 +119,7 @@ print(twist.render())
 
 # %%
 steps = [s for s in (unset, switched, fixed, gpu, twist) if s is not None]
-attention_replay.table(steps)
+seed_replay.table(steps)
 
 # %% [markdown]
 # ## 5 · Every backend, measured: the probe
@@ -191,7 +192,7 @@ print(f"{len(catalogue)} rows in {catalogue.section.nunique()} sections; the fir
 catalogue.head(6)
 
 # %% [markdown]
-# Two rows broken live, on the draft of this notebook (`eagle3kit.doctor.live`). `verifier-weights-nan`: the draft is built but
+# Two rows broken live, on the draft of this notebook (`eagle3kit.doctor.catalogue.live`). `verifier-weights-nan`: the draft is built but
 # `load_verifier_weights()` is forgotten, so speculators' NaN placeholders for the verifier's embedding, lm_head and
 # norm stay. `block-size-128`: speculators' flex path on a batch whose length is not a multiple of 128. The doctor
 # reads each artifact without running it; then the artifact runs and what it does is caught and printed.

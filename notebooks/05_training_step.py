@@ -80,16 +80,16 @@ workdir = setup(workdir, seed=seed)
 
 # %%
 t0 = time.perf_counter()
-data_path = DataDir(data_dir) if data_dir else training_data(workdir, verifier, seed=seed, rebuild=rebuild_data)
+data = DataDir(data_dir) if data_dir else training_data(workdir, verifier, seed=seed, rebuild=rebuild_data)
 config_01 = workdir / DRAFT_CONFIG
 from_01 = use_notebook_01 and (config_01 / "config.json").exists()
-session = TrainSession(data_path, config_01 if from_01 else None, lr=lr, total_seq_len=total_seq_len, seed=seed,
+session = TrainSession(data, config_01 if from_01 else None, lr=lr, total_seq_len=total_seq_len, seed=seed,
                        max_steps=max_steps or None, hidden_states_dtype=hidden_states_dtype,
                        warm_start_layer=warm_start_layer)
 b = session.build
 if from_01:
     print("draft shape from notebook 01:", config_01)
-print(f"data: {data_path} ({len(session.batches.dataset)} training samples, {len(session.batches)} packed batches "
+print(f"data: {data} ({len(session.batches.dataset)} training samples, {len(session.batches)} packed batches "
       f"of {total_seq_len} tokens per epoch)")
 print(f"draft: {b.spec.num_layers} layer(s), aux layers {b.aux_layer_ids}, draft vocab {b.config.draft_vocab_size}, "
       f"attention {b.attention.implementation}, loss {session.settings.loss_implementation}, device {session.device}")
@@ -175,7 +175,7 @@ print(f"next step after resume: loss {match.resumed_loss:.6f} vs {match.loss:.6f
 
 # %%
 try:
-    TrainSession(data_path, b.spec, lr=lr / 2, total_seq_len=total_seq_len, seed=seed, progress=False).load(checkpoint)
+    TrainSession(data, b.spec, lr=lr / 2, total_seq_len=total_seq_len, seed=seed, progress=False).load(checkpoint)
 except CheckpointError as exc:
     print("refused:", exc)
 with torch.no_grad():
@@ -209,7 +209,7 @@ print(type(loaded).__name__, "loaded from", exported, "- fc weights equal:",
 # runs it with `torchrun` (add `--fsdp-shard` to shard with FSDP2).
 
 # %%
-plan = launch.write_plan(session.build, session.settings, data_path, workdir / "launch_05", n_gpus=n_gpus)
+plan = launch.write_plan(session.build, session.settings, data, workdir / "launch_05", n_gpus=n_gpus)
 print(plan.yaml)
 print(plan.command)
 launch.explain_plan(plan)
@@ -239,7 +239,7 @@ display(table[~table["equal"]] if not table["equal"].all() else table.head(12))
 
 # %%
 from eagle3kit.doctor.findings import to_frame
-from eagle3kit.doctor.rehearsal_checks import after
+from eagle3kit.doctor.checks.rehearsal import after
 from eagle3kit.train.rehearsal import compare
 from eagle3kit.train.rehearsal.plots import plot_side_by_side
 from eagle3kit.train.rehearsal.run import overrides_table, rehearse
@@ -290,7 +290,7 @@ else:
 if not torch.cuda.is_available():
     print("skipped: no CUDA")
 else:
-    gpu = TrainSession(data_path, DraftSpec(**{**b.spec.__dict__, "device": "cuda"}), lr=lr,
+    gpu = TrainSession(data, DraftSpec(**{**b.spec.__dict__, "device": "cuda"}), lr=lr,
                        total_seq_len=total_seq_len, seed=seed, progress=False)
     for _ in range(3):
         r = gpu.step()

@@ -70,12 +70,12 @@ from eagle3kit.course import conclusion
 from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.evaluate import acceptance as ev
-from eagle3kit.evaluate import benchmarks, conventions, export, recipes, report, scores, speed
+from eagle3kit.evaluate import benchmarks, conventions, export, recipes, round_speed, scores, summary
 from eagle3kit.evaluate.scored import ScoredSet, from_check, write_scored
 from eagle3kit.evaluate.vllm import compare as vllm_compare
 from eagle3kit.evaluate.vllm.gate import check_in_vllm
 from eagle3kit.notebook import CHECKPOINT_06, DRAFT_06, SCORED_06, continue_or_start, minutes_to_make, setup
-from eagle3kit.plan import speedup
+from eagle3kit.plan import serving_speed
 from eagle3kit.runner import record_summary
 from eagle3kit.train.plots import plot_metrics
 from eagle3kit.verifier import load_model, load_tokenizer
@@ -97,7 +97,7 @@ print(how)
 build = session.build
 k = k or session.ttt_steps
 torch.manual_seed(seed)
-untrained = build_for_data(build, session.data_dir).eval()
+untrained = build_for_data(build, session.data).eval()
 verifier_model = load_model(build.verifier)
 tokenizer = load_tokenizer(build.verifier)
 print(f"draft: vocab {build.config.draft_vocab_size}, aux layers {build.aux_layer_ids}, attention "
@@ -110,7 +110,7 @@ print(f"draft: vocab {build.config.draft_vocab_size}, aux layers {build.aux_laye
 # the same greedy continuation of each prompt, so they measure the same thing.
 
 # %%
-held_out = held_out_conversations(session.data_dir)
+held_out = held_out_conversations(session.data)
 prompts = ev.chat_prompts(tokenizer, held_out, n_prompts, max_prompt_tokens=max_prompt_tokens)
 t0 = time.perf_counter()
 conts = ev.continuations(verifier_model, prompts, max_new_tokens, tokenizer.eos_token_id)
@@ -246,13 +246,13 @@ print("\n".join(gate.lines()))
 # %%
 named = None
 if bench:
-    named = report.score_named(verifier_model, tokenizer, session.model, bench_prompts, max_new_tokens, k,
+    named = summary.score_named(verifier_model, tokenizer, session.model, bench_prompts, max_new_tokens, k,
                                gate.groups.get(bench), simulate=bench_simulated)
     print(f"{bench}: {len(bench_prompts)} prompts, k = {k}, temperature 0, at most {max_new_tokens} new tokens; "
           f"continuations by {named.continuations_from}")
     display(named.display())
     display(named.plot())
-    print(report.stability_line(named, held_records, "simulated" if bench_simulated else "vLLM"))
+    print(summary.stability_line(named, held_records, "simulated" if bench_simulated else "vLLM"))
     print("\n".join(named.orderings()) or "(the set has no code / math / writing / roleplay categories to compare)")
 else:
     print("skipped: bench = \"\"")
@@ -282,9 +282,9 @@ display(vllm_compare.speed_rows(vllm, real["trained"], max_new_tokens))
 # %%
 cpu = None
 if vllm is not None and vllm.steps.get("draft") and vllm.steps.get("plain"):
-    cpu = speed.cpu_prediction(vllm.steps, k, vllm.acceptance_per_pos, vllm.tokens_per_s, vllm.seconds)
+    cpu = round_speed.cpu_prediction(vllm.steps, k, vllm.acceptance_per_pos, vllm.tokens_per_s, vllm.seconds)
     display(cpu.table())
-    display(speed.plot_round(cpu))
+    display(round_speed.plot_round(cpu))
 else:
     print("skipped: vllm_check = False (the step costs are measured inside vLLM's CPU build)")
 
@@ -298,11 +298,11 @@ else:
 
 # %%
 acceptance, tau_from = gate.acceptance(sim["trained"])
-there = speedup.predict(plan_verifier, plan_gpu, serve_batch, k, acceptance=acceptance)
+there = serving_speed.predict(plan_verifier, plan_gpu, serve_batch, k, acceptance=acceptance)
 display(there.table())
 where = f"{plan_verifier} on one {plan_gpu} at batch {serve_batch}"
 if cpu is not None:
-    print(cpu.why(there.break_even, f"{where} (predicted)", speed.bench_row(1)))
+    print(cpu.why(there.break_even, f"{where} (predicted)", round_speed.bench_row(1)))
 
 # %% [markdown]
 # ## Where this run sits: τ against the minutes it cost
@@ -333,7 +333,7 @@ if named is not None:
     scored.append(ScoredSet(bench, bench_prompts, bench_ids, named.continuations, named.continuations_from,
                             named.records.get("simulated"), **from_check(gate.groups.get(bench))))
 write_scored(workdir / SCORED_06, scored, k=k, steps=session.global_step, draft=str(out))  # notebook 07 reads it
-record_summary(workdir, "06", **report.summary_numbers(sim, real, gate, named), k=k, train_steps_06=train_steps,
+record_summary(workdir, "06", **summary.summary_numbers(sim, real, gate, named), k=k, train_steps_06=train_steps,
                train_steps_total=session.global_step, train_seconds_06=round(train_seconds),
                minutes_to_make=round(run_minutes, 1), export=str(out), held_out_prompts=len(prompts),
                plan_verifier=plan_verifier, plan_gpu=plan_gpu, serve_batch=serve_batch,

@@ -54,7 +54,7 @@ import time
 
 from IPython.display import HTML
 
-from eagle3kit.doctor.draft_loader import sliding_window, trained_length
+from eagle3kit.doctor.checks.draft_loader import sliding_window, trained_length
 from eagle3kit.evaluate import context_curve, long_context, token_classes
 from eagle3kit.evaluate.benchmarks import HELD_OUT
 from eagle3kit.evaluate.conventions import TAU_CONVENTION

@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from eagle3kit.data.dataset import build_dataset  # noqa: E402
-from eagle3kit.doctor.versions import fused_loss_compiles  # noqa: E402
+from eagle3kit.doctor.checks.versions import fused_loss_compiles  # noqa: E402
 from eagle3kit.verifier import resolve  # noqa: E402
 
 torch.set_num_threads(THREADS)
@@ -49,7 +49,7 @@ def tiny_data(tmp_path_factory):
     return out
 
 
-NEEDS_FUSED_LOSS_UNDER_COMPILE = pytest.mark.skipif(  # the doctor's rule (eagle3kit.doctor.versions), as a skip
+NEEDS_FUSED_LOSS_UNDER_COMPILE = pytest.mark.skipif(  # the doctor's rule (eagle3kit.doctor.checks.versions), as a skip
     not fused_loss_compiles(),
     reason=f"speculators' fused loss under torch.compile fails on CUDA with torch {torch.__version__} < 2.12 "
            "(pytorch issue 177600); the eager loss trains there")

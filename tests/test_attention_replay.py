@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle3kit.doctor.attention_replay import SeedReplay, hand_built_config, table
+from eagle3kit.doctor.catalogue.seed_replay import SeedReplay, hand_built_config, table
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="replays the CPU story (GPU: tests marked cuda)")
 

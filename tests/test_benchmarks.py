@@ -168,10 +168,10 @@ def test_doctor_why_tau_measures_on_a_named_set_per_category(trained_tiny_draft,
 
 def test_vllm_alone_needs_vllm():
     """Notebook 06 may keep vLLM's per-request τ alone (bench_simulated=False); without vLLM nothing would score."""
-    from eagle3kit.evaluate import report
+    from eagle3kit.evaluate import summary
 
     with pytest.raises(ValueError, match="needs vLLM's per-request counters"):
-        report.score_named(None, None, None, benchmarks.load_set("mt-bench", 2), 8, 3, None, simulate=False)
+        summary.score_named(None, None, None, benchmarks.load_set("mt-bench", 2), 8, 3, None, simulate=False)
 
 
 def test_halves_of_a_set_with_one_prompt_a_category():

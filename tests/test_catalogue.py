@@ -1,4 +1,6 @@
-"""docs/failures.md and its tests agree: every row has a test marked with its id, every marked id is a row."""
+"""The failure catalogue (package data, eagle3kit/doctor/catalogue/failures.md) and its tests agree: every row has a
+test marked
+with its id, every marked id is a row; docs/failures.md is generated from it."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3kit.doctor.catalogue import CATALOGUE, CatalogueError, catalogue_frame, catalogue_rows
+from eagle3kit.doctor.catalogue.rows import (CATALOGUE, CatalogueError, catalogue_frame, catalogue_markdown,
+                                             catalogue_rows)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +44,7 @@ def marked_tests() -> dict[str, list[tuple[str, bool]]]:
 
 def test_every_catalogue_row_has_a_test_and_every_marked_test_a_row():
     rows, tests = {r.id: r for r in catalogue_rows()}, marked_tests()
-    assert len(rows) >= 20, f"docs/failures.md has {len(rows)} rows; the catalogue promises at least 20"
+    assert len(rows) >= 20, f"the catalogue has {len(rows)} rows; the catalogue promises at least 20"
     assert not (missing := sorted(set(rows) - set(tests))), f"rows without a catalogue-marked test: {missing}"
     assert not (unknown := sorted(set(tests) - set(rows))), f"tests marked with ids that are not rows: {unknown}"
 
@@ -70,3 +73,10 @@ def test_the_parser_reads_sections_and_refuses_a_broken_file(tmp_path):
     twice.write_text("## S\n\n| id | fix |\n|---|---|\n| a | x |\n| `a` | y |\n")
     with pytest.raises(CatalogueError, match="appears twice"):
         catalogue_rows(twice)
+
+
+def test_docs_failures_md_is_generated_from_the_package_catalogue():
+    docs = (ROOT / "docs" / "failures.md").read_text()
+    assert docs == catalogue_markdown(), ("docs/failures.md differs from the package's catalogue: edit "
+                                          f"{CATALOGUE.relative_to(ROOT)}, then run `make docs`")
+    assert catalogue_markdown(CATALOGUE).startswith("<!-- generated from") and "edit that file" in docs.splitlines()[0]

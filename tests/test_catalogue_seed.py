@@ -11,10 +11,10 @@ import torch
 from speculators.models.eagle3 import Eagle3DraftModel
 
 from eagle3kit.cli import main
-from eagle3kit.doctor.catalogue import CatalogueError, catalogue_row, demonstrate
-from eagle3kit.doctor.checks import check, trainer_findings
-from eagle3kit.doctor.facts import attention_facts
-from eagle3kit.doctor.model_checks import hidden_state_extraction_findings
+from eagle3kit.doctor.catalogue.rows import CatalogueError, catalogue_row, demonstrate
+from eagle3kit.doctor.checks.run import check, trainer_findings
+from eagle3kit.doctor.checks.facts import attention_facts
+from eagle3kit.doctor.checks.model import hidden_state_extraction_findings
 from eagle3kit.draft.config import build_config, resolve_aux_layer_ids
 
 from conftest import TINY_DATA_SEQ

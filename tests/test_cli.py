@@ -8,6 +8,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -19,6 +20,8 @@ from eagle3kit.draft.config import DraftSpec, check_draft_vocab_size
 from eagle3kit.errors import UserError, is_user_error
 from eagle3kit.runner import check_parameters, notebooks
 from eagle3kit.train.session import TrainSettings
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def one_line_error(capsys, argv: list[str]) -> str:
@@ -112,7 +115,7 @@ def test_unknown_set_key_is_refused_before_anything_runs(capsys, tmp_path):
 
 
 def test_a_key_that_some_selected_notebooks_declare_is_fine():
-    check_parameters(notebooks(select=["01", "03"]), "ci", {"n_documents": 3, "forward_tokens": 64})
+    check_parameters(notebooks(NOTEBOOK_DIR, select=["01", "03"]), "ci", {"n_documents": 3, "forward_tokens": 64})
 
 
 def test_a_preset_key_the_notebook_does_not_declare_is_refused(tmp_path):

@@ -7,7 +7,7 @@ import torch
 
 from eagle3kit.draft import config as dc
 from eagle3kit.draft.model import build_model
-from eagle3kit.draft import report
+from eagle3kit.draft import explain
 from eagle3kit.errors import UserError
 
 
@@ -63,14 +63,14 @@ def test_auto_attention_lands_in_the_model():
 def test_explanation_table_explains_every_field():
     build = dc.build_config(verifier="tiny", ttt_steps=4, num_layers=2)
     model = build_model(build)
-    table = report.explain(build, model)
-    assert set(report._MEANING) <= set(table["field"])
+    table = explain.explain(build, model)
+    assert set(explain._MEANING) <= set(table["field"])
     by = table.set_index("field")
     assert by.loc["ttt_steps", "value"] == "4" and by.loc["ttt_steps", "source"] == "user"
     assert by.loc["num_hidden_layers", "source"] == "user"
     assert by.loc["norm_before_fc", "source"] == "speculators CLI default"
     assert by.loc["_attn_implementation", "source"].startswith("auto rule")
-    counts = report.parameter_counts(model)
+    counts = explain.parameter_counts(model)
     assert by.loc["params (trainable)", "value"] == f"{counts['trainable']:,}"
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert all(n.startswith(("fc.", "layers.", "norm.", "input_norm.")) for n in trainable), trainable
@@ -85,9 +85,9 @@ def test_presets_build_on_meta_with_counts():
     tl = build.config.transformer_layer_config
     assert tl.hidden_size == 7168 and tl.vocab_size == 163840 and tl.intermediate_size == 18432
     assert build.aux_layer_ids == [2, 30, 58]
-    counts = report.parameter_counts(model)
+    counts = explain.parameter_counts(model)
     assert counts["frozen"] >= 3 * 163840 * 7168  # embedding + lm_head + verifier_lm_head
-    gib = report.memory_footprint(model).set_index("item").loc["total", "GiB"]
+    gib = explain.memory_footprint(model).set_index("item").loc["total", "GiB"]
     assert gib > 10
 
 

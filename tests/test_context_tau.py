@@ -15,7 +15,7 @@ import pytest
 from eagle3kit.cli import main
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.regenerate import regenerate
-from eagle3kit.doctor.context_tau import context_fall, lengths
+from eagle3kit.doctor.tau.context import context_fall, lengths
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.evaluate.export import reload
 from eagle3kit.train.session import TrainSession

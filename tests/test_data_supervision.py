@@ -14,7 +14,7 @@ from eagle3kit.data import vocab
 from eagle3kit.data.breakages import aux_one_layer_late, d2t_all_zero, last_state_normed
 from eagle3kit.data.dataset import _write_arrow, build_dataset, training_rows
 from eagle3kit.data.directory import MANIFEST, DataDir
-from eagle3kit.doctor.checks import check_data_dir
+from eagle3kit.doctor.checks.run import check_data_dir
 from eagle3kit.verifier import load_tokenizer
 
 VOCAB = 8
@@ -155,7 +155,7 @@ def test_a_normed_last_state_is_named(smollm2, tmp_path):
 
 @pytest.mark.catalogue("vocab-mapping-stale")
 def test_a_mapping_and_token_counts_from_other_data_are_named(copy, tiny_data, tiny_verifier):
-    shutil.copy(vocab.token_freq_path(tiny_data), vocab.token_freq_path(copy))  # another run's cached counts ...
+    shutil.copy(DataDir(tiny_data).token_freq_path, DataDir(copy).token_freq_path)  # another run's cached counts ...
     vocab.build_mapping(copy, VOCAB, tiny_verifier.text_config.vocab_size)  # ... and the mapping made from them
     found = check_data_dir(copy, "tiny")
     assert named(found, "vocab", "error", "token_freq.pt does not count")

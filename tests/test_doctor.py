@@ -14,10 +14,10 @@ from speculators.models.eagle3 import Eagle3DraftModel
 from conftest import NEEDS_FUSED_LOSS_UNDER_COMPILE
 from eagle3kit import cli
 from eagle3kit.data.dataset import build_dataset
-from eagle3kit.doctor.checks import check, check_data_dir
-from eagle3kit.doctor.facts import attention_facts
+from eagle3kit.doctor.checks.run import check, check_data_dir
+from eagle3kit.doctor.checks.facts import attention_facts
 from eagle3kit.doctor.findings import format_findings, has_errors, to_frame
-from eagle3kit.doctor.probe_worker import make_batch
+from eagle3kit.doctor.probe.worker import make_batch
 from eagle3kit.draft.config import build_config, resolve_aux_layer_ids
 from eagle3kit.draft.model import build_model
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from eagle3kit.cli import main
-from eagle3kit.doctor import trained
-from eagle3kit.doctor.ram import available_bytes, ram_line
+from eagle3kit.doctor.checks import trained
+from eagle3kit.doctor.checks.ram import available_bytes, ram_line
 from eagle3kit.draft.config import build_config
 from eagle3kit.draft.model import build_model, save_draft
 from eagle3kit.errors import UserError
@@ -67,7 +67,7 @@ def test_draft_options_with_draft_run_and_state_the_ram_first(draft, capsys):
 def test_why_tau_loads_the_verifier_and_measures_once_with_its_k(k, possible, draft, capsys):
     """The spies wrap the real functions: the folder check's "trained" finding and the verdict share one load of
     the verifier and one measurement, made at the served k."""
-    with mock.patch("eagle3kit.doctor.trained.measure", wraps=trained.measure) as measures, \
+    with mock.patch("eagle3kit.doctor.checks.trained.measure", wraps=trained.measure) as measures, \
             mock.patch("eagle3kit.verifier.load_model", wraps=verifiers.load_model) as loads:
         assert main(["doctor", "--draft", str(draft), "--why-tau", "--long", *k]) == 1  # an initialisation: an error
     assert measures.call_count == 1 and loads.call_count == 1, (measures.call_args_list, loads.call_args_list)

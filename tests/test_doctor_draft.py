@@ -15,12 +15,12 @@ from safetensors.torch import load_file, save_file
 
 from eagle3kit.cli import main
 from eagle3kit.data.vocab import load_mapping
-from eagle3kit.doctor.checks import check
-from eagle3kit.doctor.draft_folder import check_draft_folder
-from eagle3kit.doctor.draft_loader import NotADraftError, locate
+from eagle3kit.doctor.checks.run import check
+from eagle3kit.doctor.checks.draft_folder import check_draft_folder
+from eagle3kit.doctor.checks.draft_loader import NotADraftError, locate
 from eagle3kit.doctor.findings import format_findings
-from eagle3kit.doctor.low_tau import why_low_tau
-from eagle3kit.doctor.versions import floor, version_findings
+from eagle3kit.doctor.tau.verdict import why_low_tau
+from eagle3kit.doctor.checks.versions import floor, version_findings
 from eagle3kit.draft.config import DraftSpec, build_config
 from eagle3kit.draft.model import build_model, save_draft
 from eagle3kit.train.session import TrainSession

@@ -7,7 +7,7 @@ from speculators.models.eagle3 import Eagle3DraftModel
 
 from eagle3kit.draft.config import build_config, resolve_attention
 from eagle3kit.draft.model import build_model, forward_random
-from eagle3kit.draft.report import attention_choices, verifier_weights_loaded
+from eagle3kit.draft.explain import attention_choices, verifier_weights_loaded
 from eagle3kit.plan import compare_plans, plan_run
 
 

@@ -21,7 +21,7 @@ from eagle3kit.cli import main
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.agreement import compare_conversation, compare_masks, speculators_rows, summary
 from eagle3kit.data.directory import DataDir
-from eagle3kit.doctor.checks import check_data_dir
+from eagle3kit.doctor.checks.run import check_data_dir
 from eagle3kit.vllm_env import VllmNotInstalled, vllm_python
 from eagle3kit.verifier import load_tokenizer, resolve
 

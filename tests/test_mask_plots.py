@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,9 @@ from eagle3kit.cli import main
 from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.eagle_mask import MaskInputError, build_mask, document_ids_from_lengths
 from eagle3kit.masks.explorer import MaskExplorer, parse_lengths
-from eagle3kit.runner import NOTEBOOK_DIR, declared_parameters
+from eagle3kit.runner import declared_parameters
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 @pytest.fixture(scope="module")

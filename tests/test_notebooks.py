@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jupytext
 import nbformat
@@ -21,7 +22,8 @@ from notebook_outputs import output_problems
 from eagle3kit.runner import notebook_parameters, notebooks, read_summary, record_summary, run_notebooks
 from eagle3kit.train.session import TrainSettings
 
-NOTEBOOKS = notebooks()
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = notebooks(NOTEBOOK_DIR)
 
 
 def test_there_are_notebooks():
@@ -82,7 +84,7 @@ def test_the_runner_passes_typed_defaults_then_preset_then_overrides(tmp_path):
 @pytest.fixture(scope="module")
 def ci_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ci-run")
-    return out, run_notebooks(out, preset="ci", stop_on_failure=False, progress=False)
+    return out, run_notebooks(out, NOTEBOOK_DIR, preset="ci", stop_on_failure=False, progress=False)
 
 
 @pytest.mark.slow
@@ -138,7 +140,7 @@ def test_runner_reports_a_failing_cell(tmp_path):
     src = tmp_path / "nbs"
     src.mkdir()
     nbformat.write(nb, src / "99_fail.ipynb")  # no preset values for 99: only workdir is passed
-    results = run_notebooks(tmp_path / "out", preset="ci", notebook_dir=src, progress=False)
+    results = run_notebooks(tmp_path / "out", src, preset="ci", progress=False)
     assert results[0].status == "failed" and results[0].failing_cell == 3 and "ValueError: boom" in results[0].error
     assert main(["run-notebooks", "--preset", "ci", "--out", str(tmp_path / "cli"), "--only", "99"]) == 2
 

@@ -10,7 +10,7 @@ from eagle3kit.errors import UserError
 from eagle3kit.plan import plan_figure, plan_run, published_checks
 from eagle3kit.plan.gpus import resolve_gpu
 from eagle3kit.plan.memory import loss_bytes
-from eagle3kit.plan.published import EAGLE_BYTES, TOLERANCE, eagle_bytes
+from eagle3kit.plan.published_costs import EAGLE_BYTES, TOLERANCE, eagle_bytes
 
 
 def test_published_points_are_reproduced():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3kit.draft.config import build_config
-from eagle3kit.train.measure import measure_loss_peak, measure_training_step
+from eagle3kit.train.measured_memory import measure_loss_peak, measure_training_step
 from eagle3kit.plan.memory import CPU_FP32, StepSettings, loss_bytes, memory_parts
 from eagle3kit.plan.shapes import draft_shape
 

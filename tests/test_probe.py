@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from eagle3kit import cli
-from eagle3kit.doctor import probe
-from eagle3kit.doctor.plots import plot_timings
-from eagle3kit.doctor.verdict import probe_row, recommend, recommendations
+from eagle3kit.doctor.probe import matrix as probe
+from eagle3kit.doctor.probe.plots import plot_timings
+from eagle3kit.doctor.probe.recommend import probe_row, recommend, recommendations
 from eagle3kit.errors import UserError
 
 

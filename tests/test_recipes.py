@@ -13,7 +13,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from eagle3kit import presets
-from eagle3kit.doctor.low_tau import lever_lines
+from eagle3kit.doctor.tau.verdict import lever_lines
 from eagle3kit.evaluate import recipes
 from eagle3kit.evaluate.scores import PromptScore
 

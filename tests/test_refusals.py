@@ -28,6 +28,8 @@ from eagle3kit.params import parameters
 from eagle3kit.presets import NAMES
 from eagle3kit.runner import check_values, notebooks
 
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+
 UNWRITABLE = Path("/sys/eagle3kit-refusals")  # sysfs refuses new files even to root (chmod would not stop root)
 PARSER = build_parser()
 
@@ -81,7 +83,7 @@ def notebook_cases() -> list[tuple[str, str, str, str]]:
     """(notebook, parameter, what, --set text) for every parameter of every notebook but ``workdir`` (the runner
     sets it from ``--out``, whose cases are above)."""
     cases = []
-    for path in notebooks():
+    for path in notebooks(NOTEBOOK_DIR):
         for name, param in parameters(path).items():
             if name == "workdir":
                 continue
@@ -157,7 +159,7 @@ def refused(capsys, argv: list[str]) -> str:
 
 def test_the_walk_covers_every_command_and_notebook():
     assert {c for c, *_ in OPTION_CASES} == {name for name, *_ in COMMANDS} - {"install-assets"}  # it has no options
-    assert {n for n, *_ in NOTEBOOK_CASES} == {p.name for p in notebooks()}
+    assert {n for n, *_ in NOTEBOOK_CASES} == {p.name for p in notebooks(NOTEBOOK_DIR)}
     assert {dest for dest in OUTPUTS if dest != "workdir"} <= {a.dest for c, *_ in COMMANDS
                                                                for a in command_actions(PARSER, c)}
     print(f"\n{len(OPTION_CASES)} option cases + {len(NOTEBOOK_CASES)} notebook cases "
@@ -199,7 +201,7 @@ def test_every_bad_notebook_parameter_is_refused_before_any_notebook_runs(notebo
 
 @pytest.mark.parametrize("preset", NAMES)
 def test_the_presets_and_defaults_pass_every_notebook(preset, tmp_path):
-    check_values(notebooks(), preset, {}, tmp_path / "work")
+    check_values(notebooks(NOTEBOOK_DIR), preset, {}, tmp_path / "work")
 
 
 def test_issue_cases_through_a_real_process(tmp_path):

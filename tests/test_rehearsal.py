@@ -12,7 +12,7 @@ import pytest
 
 from conftest import TINY_DATA_SEQ as SEQ
 from eagle3kit.cli import main
-from eagle3kit.doctor import rehearsal_checks
+from eagle3kit.doctor.checks import rehearsal as rehearsal_checks
 from eagle3kit.train.rehearsal import compare
 from eagle3kit.train.rehearsal.resume import preempt
 from eagle3kit.train.rehearsal.run import flags_for, rehearse, resolved
@@ -88,7 +88,7 @@ def test_two_ranks_ddp_and_fsdp_train_the_same_run_as_the_two_rank_session(run_y
     print(f"2 ranks: {compare.summary(table)}; fsdp vs ddp "
           f"{compare.max_loss_diff(ddp.metrics(), fsdp.metrics(), ttt)}")
     assert compare.summary(table)["within"] and compare.summary(compare.side_by_side(fsdp, session))["within"]
-    one_rank = TrainSession(session.data_dir, session.build, progress=False,
+    one_rank = TrainSession(session.data, session.build, progress=False,
                             **{**dataclasses.asdict(session.settings), "ranks": 1})
     one_rank.run(STEPS)
     assert not compare.side_by_side(ddp, one_rank)["within"].all()

@@ -24,9 +24,9 @@ from eagle3kit.data.directory import MANIFEST, DataDir, DataError
 from eagle3kit.data.fill import fill_hidden_states
 from eagle3kit.data.supervision import audit_mask
 from eagle3kit.data.vocab import build_for_data
-from eagle3kit.doctor.checks import check_data_dir
-from eagle3kit.doctor.data_checks import mask_findings
-from eagle3kit.doctor.draft_folder import check_draft_folder
+from eagle3kit.doctor.checks.run import check_data_dir
+from eagle3kit.doctor.checks.data import mask_findings
+from eagle3kit.doctor.checks.draft_folder import check_draft_folder
 from eagle3kit.draft.config import build_config
 from eagle3kit.draft.model import save_draft
 from eagle3kit.train.session import TrainSession

@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from eagle3kit.cli import main
-from eagle3kit.evaluate import speed
+from eagle3kit.evaluate import round_speed
 from eagle3kit.evaluate.acceptance import DecodeRun
 from eagle3kit.evaluate.vllm.compare import DECODE_LOOP, speed_rows
 from eagle3kit.evaluate.vllm.serve import VllmCheck
-from eagle3kit.plan import speedup
+from eagle3kit.plan import serving_speed
 from eagle3kit.plan.gpus import GPU
 from eagle3kit.plan.shapes import VerifierShape
-from eagle3kit.plan.speed_published import published_points, vllm_20780
+from eagle3kit.plan.published_speedups import published_points, vllm_20780
 from eagle3kit.runner import CLOSING, NotebookResult, closing_lines, summary_table
 
 
@@ -23,11 +23,11 @@ from eagle3kit.runner import CLOSING, NotebookResult, closing_lines, summary_tab
 def test_speedup_arithmetic_by_hand():
     # a round: verifier over k + 1 tokens 12 ms + 3 draft steps of 2 ms + 2 ms bookkeeping = 20 ms for τ = 2 tokens;
     # a plain step 10 ms for 1 token: 2 x 10 / 20 = 1.0, and the break-even τ is 20 / 10 = 2
-    assert speed.round_seconds(3, 0.012, 0.002, 0.002) == pytest.approx(0.020)
-    assert speed.speedup(2.0, 0.010, 0.012, 0.002, 3, 0.002) == pytest.approx(1.0)
-    assert speed.break_even_tau(0.010, 0.012, 0.002, 3, 0.002) == pytest.approx(2.0)
-    assert speed.speedup(3.0, 0.010, 0.010, 0.001, 2) == pytest.approx(3 * 10 / 12)
-    assert speed.tau_from_positions([0.8, 0.5, 0.2]) == pytest.approx(2.5)  # 1 + Σ cumulative acceptance
+    assert round_speed.round_seconds(3, 0.012, 0.002, 0.002) == pytest.approx(0.020)
+    assert round_speed.speedup(2.0, 0.010, 0.012, 0.002, 3, 0.002) == pytest.approx(1.0)
+    assert round_speed.break_even_tau(0.010, 0.012, 0.002, 3, 0.002) == pytest.approx(2.0)
+    assert round_speed.speedup(3.0, 0.010, 0.010, 0.001, 2) == pytest.approx(3 * 10 / 12)
+    assert round_speed.tau_from_positions([0.8, 0.5, 0.2]) == pytest.approx(2.5)  # 1 + Σ cumulative acceptance
 
 
 def steps(reqs: int, tokens: int, step: float, verifier: float, draft: float = 0.0, forwards: int = 0) -> dict:
@@ -39,20 +39,20 @@ def test_step_costs_take_medians_over_full_batch_decode_steps():
     records = [steps(4, 400, 1.0, 0.9),  # prompt tokens: not a decode step
                steps(4, 4, 0.10, 0.08), steps(4, 4, 0.12, 0.09), steps(4, 4, 0.30, 0.10),
                steps(2, 2, 0.05, 0.04)]  # the tail, two sequences left: not the full batch
-    c = speed.step_costs(records)
+    c = round_speed.step_costs(records)
     assert (c.batch, c.tokens, c.n_steps) == (4, 4, 3)
     assert (c.step_s, c.verifier_s, c.draft_s) == (0.12, 0.09, 0.0)
     assert c.other_s == pytest.approx(0.03)
-    drafted = speed.step_costs([steps(4, 16, 0.5, 0.3, 0.12, 3), steps(4, 400, 2.0, 1.8, 0.1, 3)], k=3)
+    drafted = round_speed.step_costs([steps(4, 16, 0.5, 0.3, 0.12, 3), steps(4, 400, 2.0, 1.8, 0.1, 3)], k=3)
     assert (drafted.tokens, drafted.n_steps, drafted.draft_step_s) == (16, 1, pytest.approx(0.04))
     with pytest.raises(ValueError, match="no decode steps"):
-        speed.step_costs([steps(4, 400, 1.0, 0.9)])
+        round_speed.step_costs([steps(4, 400, 1.0, 0.9)])
 
 
 def test_cpu_prediction_by_hand():
     plain = [steps(4, 400, 1.0, 1.0)] + [steps(4, 4, 0.10, 0.09)] * 10  # 10 decode steps: 1.0 s; 1 s of prompt
     draft = [steps(4, 16, 0.25, 0.15, 0.06, 3)] * 5  # verifier 150 ms, 3 draft steps of 20 ms, 40 ms other
-    pred = speed.cpu_prediction({"plain": plain, "draft": draft}, 3, [0.5, 0.25, 0.25],
+    pred = round_speed.cpu_prediction({"plain": plain, "draft": draft}, 3, [0.5, 0.25, 0.25],
                                 {"plain": 20.0, "draft": 16.0}, {"plain": 2.0, "draft": 2.5})
     assert pred.tau == pytest.approx(2.0)
     assert pred.predicted == pytest.approx(2.0 * 0.10 / 0.25)  # τ t_plain / (150 + 3 x 20 + 40 ms)
@@ -65,16 +65,16 @@ def test_cpu_prediction_by_hand():
     assert "above τ 2.50" in why and "a GPU (break-even τ 1.50)" in why
     assert "break-even τ 1.02, the same draft 1.34x" in why
     assert set(pred.table()["kind"]) == {"measured", "derived"}
-    assert type(speed.plot_round(pred)).__name__ == "Figure"
+    assert type(round_speed.plot_round(pred)).__name__ == "Figure"
 
 
 # ----------------------------------------------------------------------------------------------- equal footing
 def test_the_speed_table_refuses_tokens_per_s_measured_two_ways():
-    vllm = speed.Measured(120.0, "vLLM 0.32 (CPU build)", 16, 16, 64)
-    batched = speed.Measured(137.0, "transformers", 16, 16, 64)
+    vllm = round_speed.Measured(120.0, "vLLM 0.32 (CPU build)", 16, 16, 64)
+    batched = round_speed.Measured(137.0, "transformers", 16, 16, 64)
     with pytest.raises(ValueError, match="not measured the same way"):
-        speed.speed_table({"mixed": (speed.Measured(19.0, "transformers", 1, 4, 64), batched)})
-    table = speed.speed_table({"vLLM": (vllm, speed.Measured(186.0, "vLLM 0.32 (CPU build)", 16, 16, 64))})
+        round_speed.speed_table({"mixed": (round_speed.Measured(19.0, "transformers", 1, 4, 64), batched)})
+    table = round_speed.speed_table({"vLLM": (vllm, round_speed.Measured(186.0, "vLLM 0.32 (CPU build)", 16, 16, 64))})
     assert table.loc[0, "speedup"] == pytest.approx(120 / 186, abs=1e-3)
 
 
@@ -95,33 +95,33 @@ def test_a_forward_pass_by_hand():
     gpu = GPU("test", 80, 100, "hand-made", bandwidth_tbs=1.0)
     v = VerifierShape(hidden_size=1000, vocab_size=10, num_layers=10, params=10**9, active_params=10**9, q_dim=1000,
                       kv_per_token=100)
-    hw = speedup.Hardware(gpu, tp=1, u_bw=0.5, u_flops=0.5)
+    hw = serving_speed.Hardware(gpu, tp=1, u_bw=0.5, u_flops=0.5)
     # weights 2e9 bytes + KV 2 x 2 seqs x 100 tokens x 10 layers x 100 = 4e5 bytes at 0.5 TB/s = 4.0008 ms; FLOPs
     # 2e9 x 2 tokens + 4 x 10 x 1000 x 100 x 2 = 4.008e9 at 50 TFLOPS = 0.08 ms: memory-bound, + 1 ms overhead
-    assert speedup.verifier_seconds(v, hw, 2, 1, 100, 0.001) == pytest.approx(0.0050008)
+    assert serving_speed.verifier_seconds(v, hw, 2, 1, 100, 0.001) == pytest.approx(0.0050008)
     # 2 x 1000 tokens a sequence: FLOPs 4e12 + 8e9 = 80.16 ms at 50 TFLOPS: compute-bound
-    assert speedup.verifier_seconds(v, hw, 2, 1000, 100, 0.0) == pytest.approx(0.08016)
-    split = speedup.Hardware(gpu, tp=2, u_bw=0.5)  # tensor parallel over 2 GPUs: each reads half
-    assert speedup.verifier_seconds(v, split, 2, 1, 100, 0.0) == pytest.approx(0.0020004)
+    assert serving_speed.verifier_seconds(v, hw, 2, 1000, 100, 0.0) == pytest.approx(0.08016)
+    split = serving_speed.Hardware(gpu, tp=2, u_bw=0.5)  # tensor parallel over 2 GPUs: each reads half
+    assert serving_speed.verifier_seconds(v, split, 2, 1, 100, 0.0) == pytest.approx(0.0020004)
 
 
 def test_overheads_derived_from_the_published_vllm_sweep_reproduce_it():
     """The verifier, draft and round overheads come from vllm issue 20780 alone; with them the model gives back each
     of its six (τ, speedup) points, and SGLang's single-GPU point (another engine, its own plain step) within 20%."""
-    o = speedup.vllm_overheads()
+    o = serving_speed.vllm_overheads()
     assert 0 < o.draft_s < o.verifier_s < 2e-3 and 0 < o.round_s < 2e-3 and "20780" in o.source
-    checks = speedup.speed_checks()
+    checks = serving_speed.speed_checks()
     assert len(checks) == len(published_points()) and len(vllm_20780()) == 6
     assert (abs(checks["ratio"].iloc[:6] - 1) < 0.05).all()
     assert checks.set_index("point").loc["SGLang, Llama-3.1-8B, tree, steps 8", "within 20%"]
 
 
 def test_plan_predicts_the_speedup_with_labelled_numbers(capsys):
-    p = speedup.predict("llama-3.1-8b", "H100-80GB", 1, 3, acceptance=[0.8, 0.6, 0.4])
+    p = serving_speed.predict("llama-3.1-8b", "H100-80GB", 1, 3, acceptance=[0.8, 0.6, 0.4])
     assert p.tau == pytest.approx(2.8) and p.verify_s == pytest.approx(p.plain_s, rel=0.01)  # memory-bound at batch 1
     assert p.speedup == pytest.approx(2.8 * p.plain_s / (p.verify_s + 3 * p.draft_s + p.overheads.round_s))
     assert 1 < p.break_even < p.tau < 4 and p.speedup < p.best
-    big = speedup.predict("llama-3.1-8b", "H100-80GB", 256, 3, 2.8)
+    big = serving_speed.predict("llama-3.1-8b", "H100-80GB", 256, 3, 2.8)
     assert big.verify_s > 1.5 * big.plain_s and big.speedup < p.speedup  # compute-bound: 4 tokens a sequence cost more
     assert main(["plan", "--verifier", "llama-3.1-8b", "--samples", "10", "--tau", "2.8", "--serve-k", "3"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from eagle3kit.doctor.checks import check
+from eagle3kit.doctor.checks.run import check
 from eagle3kit.doctor.findings import Finding, findings_table, format_findings, to_frame
 from eagle3kit.draft.config import build_config
 from eagle3kit.runner import NotebookResult, _write_summary

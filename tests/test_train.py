@@ -24,7 +24,6 @@ from eagle3kit.draft.config import DraftSpec, build_config, save_config, spec_fr
 from eagle3kit.device import native_bf16
 from eagle3kit.errors import UserError
 from eagle3kit.presets import NOTEBOOKS, parameters
-from eagle3kit.runner import NOTEBOOK_DIR
 from eagle3kit.train.checkpoint import SESSION_FILE, CheckpointError, read_session
 from eagle3kit.train.loop import PlainLoop
 from eagle3kit.train.plots import plot_metrics, plot_step
@@ -32,6 +31,8 @@ from eagle3kit.train.session import TrainingDiverged, TrainSession, TrainSetting
 
 from conftest import TINY_DATA_SEQ as SEQ
 from conftest import TINY_DATA_VOCAB as VOCAB
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def spec(**kw) -> DraftSpec:
@@ -123,10 +124,10 @@ def test_a_session_reads_its_manifest_and_its_session_json_once(tiny_data, tmp_p
         resumed = TrainSession.resume(tmp_path / "ck", progress=False)
         read = [c.args[0].name for c in reads.call_args_list]
         assert read.count(SESSION_FILE) == 1 and read.count(MANIFEST) == 1 and fingerprints.call_count == 1, read
-    assert resumed.global_step == 0 and resumed.data_dir.path.resolve() == s.data_dir.path.resolve()
+    assert resumed.global_step == 0 and resumed.data.path.resolve() == s.data.path.resolve()
     given = DataDir(tiny_data)  # a DataDir handed in is not read again
     with mock.patch.object(Path, "read_text", autospec=True, side_effect=Path.read_text) as reads:
-        assert TrainSession(given, progress=False, total_seq_len=SEQ).data_dir is given
+        assert TrainSession(given, progress=False, total_seq_len=SEQ).data is given
     assert [c.args[0].name for c in reads.call_args_list].count(MANIFEST) == 0
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from eagle3kit.doctor.attention_checks import SET_ATTN
-from eagle3kit.doctor.verdict import NOISE_FLOOR, race, recommend, recommendation_lines, recommendations, speed_ratios
+from eagle3kit.doctor.checks.attention import SET_ATTN
+from eagle3kit.doctor.probe.recommend import (NOISE_FLOOR, race, recommend, recommendation_lines, recommendations,
+                                              speed_ratios)
 
 
 def matrix() -> pd.DataFrame:
-    """Rows as :func:`eagle3kit.doctor.probe.probe` returns them (its columns that the verdict reads)."""
+    """Rows as :func:`eagle3kit.doctor.probe.matrix.probe` returns them (its columns that the verdict reads)."""
     rows = [("eager", "forward", 128, "ok", 1.0, 0.0, 1.0), ("eager", "forward+backward", 128, "ok", 2.0, 0.0, 1.0),
             ("sdpa", "forward", 128, "ok", 0.5, 1e-6, 1.0), ("sdpa", "forward+backward", 128, "ok", 3.0, 1e-6, 1.0),
             ("simple_flex_attention", "forward", 128, "ok", 0.25, 0.5, 0.2),  # fast, but not eager's numbers

@@ -80,7 +80,7 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys, mon
     from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.loader import held_out_conversations
     from eagle3kit.evaluate import benchmarks
-    from eagle3kit.evaluate import speed
+    from eagle3kit.evaluate import round_speed
     from eagle3kit.evaluate.export import reload
     from eagle3kit.evaluate.vllm import compare as vllm_compare
     from eagle3kit.evaluate.acceptance import chat_prompts, continuations, decode, simulate
@@ -160,11 +160,11 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys, mon
 
     # the step timer inside vLLM's worker: each decode round of the full batch ran k draft forwards and the verifier
     # over k + 1 tokens a sequence; the plain run's steps read one token a sequence and never drafted
-    drafted, plain = speed.step_costs(check.steps["draft"], K), speed.step_costs(check.steps["plain"])
+    drafted, plain = round_speed.step_costs(check.steps["draft"], K), round_speed.step_costs(check.steps["plain"])
     assert drafted.batch == plain.batch == len(prompts) and drafted.draft_forwards == K
     assert drafted.tokens == len(prompts) * (K + 1) and plain.tokens == len(prompts) and plain.draft_forwards == 0
     assert 0 < drafted.verifier_s < drafted.step_s and 0 < drafted.draft_s and 0 < plain.verifier_s <= plain.step_s
-    cpu = speed.cpu_prediction(check.steps, K, check.acceptance_per_pos, check.tokens_per_s, check.seconds)
+    cpu = round_speed.cpu_prediction(check.steps, K, check.acceptance_per_pos, check.tokens_per_s, check.seconds)
     assert cpu.tau == pytest.approx(check.tau) and cpu.predicted > 0 and cpu.predicted_tokens_per_s > 0
     assert all(len(check.load[r]) == 2 for r in ("draft", "plain"))
     rows = vllm_compare.speed_rows(check, loop, NEW_TOKENS)
@@ -219,16 +219,21 @@ def test_served_command_answers_an_openai_client_and_stops_clean(untrained, smol
 
 
 # ----------------------------------------------------------------------------------------------- bad input
-def test_the_env_beside_the_checkout_is_found_from_any_working_dir(tmp_path, monkeypatch):
-    """Notebooks run with their own folder as the working dir: the environment ``make vllm`` made beside the
-    checkout must still be the one found (a move of this module once made it look in notebooks/)."""
-    from eagle3kit.vllm_env import CHECKOUT, VENV_VAR, vllm_env_dir
+def test_the_env_beside_the_python_env_is_found_from_any_working_dir(tmp_path, monkeypatch):
+    """Notebooks run with their own folder as the working dir: the environment ``make vllm`` made beside ``.venv``
+    must still be the one found (a move of this module once made it look in notebooks/)."""
+    import sys
 
-    assert (CHECKOUT / "eagle3kit" / "vllm_env.py").is_file() and (CHECKOUT / "Makefile").is_file()
+    from eagle3kit.vllm_env import VENV_VAR, vllm_env_dir
+
     monkeypatch.delenv(VENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
-    found = vllm_env_dir()
-    assert found == (CHECKOUT / ".venv-vllm" if (CHECKOUT / ".venv-vllm").exists() else tmp_path / ".venv-vllm")
+    beside = Path(sys.prefix).parent / ".venv-vllm"
+    assert vllm_env_dir() == (beside if beside.exists() else tmp_path / ".venv-vllm")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "elsewhere" / ".venv"))
+    assert vllm_env_dir() == tmp_path / ".venv-vllm"
+    (tmp_path / "elsewhere" / ".venv-vllm").mkdir(parents=True)
+    assert vllm_env_dir() == tmp_path / "elsewhere" / ".venv-vllm"
 
 
 def test_missing_vllm_env_names_the_command_that_makes_it(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ it; :mod:`eagle3kit.cli.args` builds options from typed fields and signatures.
 ``launch``      ``launch``: speculators' TrainConfig YAML and the torchrun command
 ``rehearse``    ``rehearse``: speculators' own trainer run here on that YAML
 ``plan``        ``plan``: disk, GPU memory, time and served speedup of the GPU run
-``measure``     what ``evaluate`` and ``vllm-check`` measure on: prompts, named sets, lengths, k; the benchmark table
+``eval_prompts`` what ``evaluate`` and ``vllm-check`` measure on: prompts, named sets, lengths, k; the benchmark table
 ``evaluate``    ``evaluate``: τ of exported drafts, simulated and decoded, or per benchmark category (06)
 ``install_vllm`` ``install-vllm``: vLLM's CPU build in its own environment
 ``vllm_check``  ``vllm-check``: the export served in vLLM, its τ beside eagle3kit's, lossless (06)
@@ -50,6 +50,9 @@ def run_notebooks_options(p: argparse.ArgumentParser) -> None:
                    help="set a notebook parameter (checked against each notebook's parameters cell)")
     p.add_argument("--only", nargs="+", metavar="NN", help="run only these notebooks (e.g. 01 03)")
     p.add_argument("--keep-going", action="store_true", help="run later notebooks after a failure")
+    p.add_argument("--notebooks", metavar="DIR", default="notebooks",
+                   help="the folder of the NN_*.ipynb notebooks (default: notebooks/ of the working directory, i.e. "
+                   "run from the repository's root)")
 
 
 def cmd_run_notebooks(args: argparse.Namespace) -> int:
@@ -57,8 +60,8 @@ def cmd_run_notebooks(args: argparse.Namespace) -> int:
     from eagle3kit.runner import closing_lines, parse_overrides, run_notebooks, summary_table
     from eagle3kit.tables import format_table, terminal_width
 
-    results = run_notebooks(args.out, preset=args.preset, overrides=parse_overrides(args.set or []), select=args.only,
-                            stop_on_failure=not args.keep_going)
+    results = run_notebooks(args.out, args.notebooks, preset=args.preset, overrides=parse_overrides(args.set or []),
+                            select=args.only, stop_on_failure=not args.keep_going)
     print()
     print(format_table(summary_table(results)))
     for line in closing_lines(results):

@@ -18,7 +18,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     """build the draft config for a verifier and explain every field"""
     from eagle3kit.draft.config import DraftSpec, build_config
     from eagle3kit.draft.model import build_model
-    from eagle3kit.draft.report import explain
+    from eagle3kit.draft.explain import explain
     from eagle3kit.tables import format_table
 
     build = build_config(DraftSpec(**given(args, DraftSpec)))

@@ -75,6 +75,9 @@ def doctor_options(p: argparse.ArgumentParser) -> None:
                    help="check a trained draft folder (an export, a `speculators train` output, a downloaded draft) "
                    "against its verifier (--verifier overrides the one its config names) and --data")
     _add_options(p, DRAFT_ONLY)
+    p.add_argument("--catalogue", action="store_true",
+                   help="list the failure catalogue (what users of EAGLE-3 trainers and engines hit, and the check "
+                   "that names each) and exit")
 
 
 def refuse_idle_options(args: argparse.Namespace) -> None:
@@ -100,16 +103,32 @@ def refuse_idle_options(args: argparse.Namespace) -> None:
 
 def state_ram(verifier) -> None:
     """Print the RAM the verifier takes in float32 on the CPU before the doctor loads it; refuse when short."""
-    from eagle3kit.doctor.ram import available_bytes, ram_line
+    from eagle3kit.doctor.checks.ram import available_bytes, ram_line
 
     print(ram_line(verifier, available_bytes()), flush=True)
 
 
+def cmd_catalogue() -> int:
+    """``doctor --catalogue``: the catalogue's rows, one line each: id, where, the doctor's check, the symptom."""
+    import pandas as pd
+
+    from eagle3kit.doctor.catalogue.rows import catalogue_rows
+    from eagle3kit.tables import format_table, terminal_width
+
+    rows = catalogue_rows()
+    frame = pd.DataFrame([{"id": r.id, "where": r.cells.get("where", ""), "check": r.check or "",
+                           "symptom": r.cells.get("symptom", "")} for r in rows])
+    print(format_table(frame, terminal_width()))
+    print(f"\n{len(rows)} failures; each row's fix and public reference: "
+          "eagle3kit.doctor.catalogue.rows.catalogue_frame()")
+    return 0
+
+
 def cmd_doctor_draft(args: argparse.Namespace) -> int:
     """``doctor --draft DIR``: the folder's findings, then (``--why-tau``) the tau verdict, from one measurement."""
-    from eagle3kit.doctor.draft_folder import examine_draft_folder
+    from eagle3kit.doctor.checks.draft_folder import examine_draft_folder
     from eagle3kit.doctor.findings import findings_table, format_findings, has_errors
-    from eagle3kit.doctor.low_tau import why_low_tau
+    from eagle3kit.doctor.tau.verdict import why_low_tau
     from eagle3kit.tables import format_table, terminal_width
 
     verifier, k = getattr(args, "verifier", None), args.k or None
@@ -131,12 +150,14 @@ def cmd_doctor_draft(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """preflight findings for a draft on a device (exit 1 on an error finding)"""
-    from eagle3kit.doctor import checks as doctor
+    from eagle3kit.doctor.checks import run as doctor
     from eagle3kit.doctor.findings import findings_table, format_findings, has_errors
     from eagle3kit.draft.config import DraftSpec, build_config, set_attention
     from eagle3kit.draft.model import build_model
     from eagle3kit.tables import terminal_width
 
+    if args.catalogue:
+        return cmd_catalogue()
     refuse_idle_options(args)
     if args.draft:
         return cmd_doctor_draft(args)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from eagle3kit.cli.measure import (bench_sets, bench_settings, check_bench, measure_options, print_scores, prompts_of,
-                                   sources_of)
+from eagle3kit.cli.eval_prompts import (bench_sets, bench_settings, check_bench, measure_options, print_scores,
+                                        prompts_of, sources_of)
 from eagle3kit.errors import UserError
 from eagle3kit.evaluate.benchmarks import LONG_CONTEXT
 
@@ -128,7 +128,7 @@ def _print_curves(by_draft: dict, drafts: dict) -> None:
 
 def _lengths(path: str, draft) -> tuple[int | None, int | None]:
     """(the context the draft was trained at, its sliding window): from its folder's records and config."""
-    from eagle3kit.doctor.draft_loader import sliding_window, trained_length
+    from eagle3kit.doctor.checks.draft_loader import sliding_window, trained_length
 
     return (None if path == "untrained" else trained_length(path)), sliding_window(draft.config)
 

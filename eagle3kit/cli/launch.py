@@ -30,7 +30,7 @@ def launch_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     """write the speculators TrainConfig YAML + torchrun command (and dry-run it)"""
-    from eagle3kit.doctor.checks import trainer_findings
+    from eagle3kit.doctor.checks.run import trainer_findings
     from eagle3kit.doctor.findings import format_findings
     from eagle3kit.draft.config import DraftSpec, build_config
     from eagle3kit.plan.commands import check_rendezvous

@@ -9,7 +9,7 @@ from eagle3kit.cli.args import given_params, signature_options
 
 
 def plan_options(p: argparse.ArgumentParser) -> None:
-    from eagle3kit.plan.report import plan_run
+    from eagle3kit.plan.gpu_plan import plan_run
 
     signature_options(p, plan_run, {
         "verifier": "a preset (llama-3.1-8b, qwen3-8b, kimi-k2.5), smollm2, tiny or an HF directory",
@@ -31,7 +31,7 @@ def plan_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """disk, GPU memory per rank and time of the GPU run, each number labelled measured/derived/assumed"""
-    from eagle3kit.plan.report import plan_run
+    from eagle3kit.plan.gpu_plan import plan_run
     from eagle3kit.tables import format_sections, terminal_width
 
     plan = plan_run(**given_params(args, plan_run))

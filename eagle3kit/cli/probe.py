@@ -19,9 +19,9 @@ def probe_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """measure every attention backend on this device, crash-isolated"""
-    from eagle3kit.doctor import probe
+    from eagle3kit.doctor.probe import matrix as probe
     from eagle3kit.device import resolve_device
-    from eagle3kit.doctor.verdict import race
+    from eagle3kit.doctor.probe.recommend import race
     from eagle3kit.tables import format_table
 
     matrix = probe.probe(verifier=args.verifier, device=args.device, backends=args.backends, modes=args.modes,

@@ -32,7 +32,7 @@ def rehearse_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_rehearse(args: argparse.Namespace) -> int:
     """run speculators' own trainer here on a run.yaml: 1 process or N ranks (torchrun), FSDP, resume"""
-    from eagle3kit.doctor import rehearsal_checks
+    from eagle3kit.doctor.checks import rehearsal as rehearsal_checks
     from eagle3kit.doctor.findings import format_findings, has_errors
     from eagle3kit.tables import column_blocks, format_table, terminal_width
     from eagle3kit.train.rehearsal import run as rehearsal

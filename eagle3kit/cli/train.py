@@ -29,21 +29,17 @@ def run_options(p: argparse.ArgumentParser, data_required: bool, skip_draft: tup
 
 
 def run_spec(args: argparse.Namespace, **fixed):
-    """The draft of ``train`` / ``launch`` and their data directory: the options given, else the data directory's
-    verifier and vocab (a directory without a manifest refuses, naming the option, what it cannot say)."""
+    """The draft of ``train`` / ``launch`` and their data directory: the options given, the rest as the directory
+    says (:func:`eagle3kit.data.draft_spec.spec_for_data`, the one place that infers them)."""
     from eagle3kit.data.directory import DataDir
+    from eagle3kit.data.draft_spec import spec_for_data
     from eagle3kit.draft.config import DraftSpec
 
     if not args.data:
         raise UserError("Pass --data DIR (a data directory made by `eagle3kit data --out DIR`), "
                         "or --resume CHECKPOINT to continue a run.")
-    chosen = given(args, DraftSpec)
-    data = DataDir.open(args.data, chosen.get("verifier"), chosen.get("aux_layer_ids"))
-    chosen.setdefault("verifier", data.require_verifier())
-    if not data.has_manifest:  # its aux layers must be told (the default would be a guess)
-        chosen.setdefault("aux_layer_ids", data.require_aux_layer_ids())
-    chosen.setdefault("draft_vocab_size", data.draft_vocab_size)
-    return DraftSpec(**{**chosen, **fixed}), data
+    data = DataDir.open(args.data)
+    return spec_for_data(data, {**given(args, DraftSpec), **fixed}), data
 
 
 def train_options(p: argparse.ArgumentParser) -> None:

@@ -11,8 +11,8 @@ import sys
 from eagle3kit.cli.args import signature_options
 from eagle3kit.errors import UserError
 from eagle3kit.evaluate.benchmarks import LONG_CONTEXT
-from eagle3kit.cli.measure import (bench_sets, bench_settings, check_bench, measure_options, print_scores, prompts_of,
-                                   sources_of)
+from eagle3kit.cli.eval_prompts import (bench_sets, bench_settings, check_bench, measure_options, print_scores,
+                                        prompts_of, sources_of)
 
 
 def vllm_check_options(p: argparse.ArgumentParser) -> None:

@@ -12,6 +12,8 @@
 ``manifest``       ``eagle3kit_data.json``: the verifier's identity, aux layers, the request, counts
 ``directory``      ``DataDir``: one data directory, its manifest read once (format, paths, verifier, compatibility);
                    one rule for a directory without one (speculators' pipeline): read from files, told the rest
+``draft_spec``     ``spec_for_data``: the draft's verifier, aux layers and vocab as a data directory says (inferred
+                   here once, for train, launch and the session)
 ``fill``           hidden states for a dataset ``speculators prepare-data`` made (no manifest, as speculators leaves it)
 ``health``         every hidden-state file checked, each bad one named with the command that remakes it
 ``loader``         packed batches as ``speculators train`` makes them, held-out prompts

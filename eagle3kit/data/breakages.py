@@ -23,7 +23,7 @@ def _rewrite_states(data: DataDir, fn: Callable[[dict[str, torch.Tensor]], torch
 
 
 @torch.no_grad()
-def aux_one_layer_late(data_dir: DataDir | str | os.PathLike, verifier=None) -> None:
+def aux_one_layer_late(data_dir: str | os.PathLike, verifier=None) -> None:
     """Aux states captured as the *output* of layer i (HF ``hidden_states[i + 1]``) instead of its input."""
     data = DataDir.open(data_dir)
     model = load_model(verifier if verifier is not None else data.verifier_ref)
@@ -37,7 +37,7 @@ def aux_one_layer_late(data_dir: DataDir | str | os.PathLike, verifier=None) -> 
 
 
 @torch.no_grad()
-def last_state_normed(data_dir: DataDir | str | os.PathLike, verifier=None) -> None:
+def last_state_normed(data_dir: str | os.PathLike, verifier=None) -> None:
     """The last state stored after the final norm (transformers' ``hidden_states[-1]``)."""
     data = DataDir.open(data_dir)
     norm = final_norm(load_model(verifier if verifier is not None else data.verifier_ref))
@@ -49,7 +49,7 @@ def last_state_normed(data_dir: DataDir | str | os.PathLike, verifier=None) -> N
     _rewrite_states(data, normed)
 
 
-def d2t_all_zero(data_dir: DataDir | str | os.PathLike) -> None:
+def d2t_all_zero(data_dir: str | os.PathLike) -> None:
     """Every ``d2t-{N}.npy`` set to zeros (SafeAILab/EAGLE issue 222): draft id i decodes as verifier id i."""
     data = DataDir.open(data_dir)
     for n in data.draft_vocab_sizes:
@@ -57,7 +57,7 @@ def d2t_all_zero(data_dir: DataDir | str | os.PathLike) -> None:
         np.save(d2t_path, np.zeros_like(np.load(d2t_path)))
 
 
-def d2t_one_id_off(data_dir: DataDir | str | os.PathLike) -> None:
+def d2t_one_id_off(data_dir: str | os.PathLike) -> None:
     """Every ``d2t-{N}.npy`` offset by one: draft token i decodes as the verifier id after the right one (a mapping
     whose ids and offsets disagree by one, as when absolute ids and offsets are mixed)."""
     data = DataDir.open(data_dir)

@@ -73,7 +73,7 @@ def batch_sampler(dataset, total_seq_len: int, seed: int, ranks: int = 1, rank: 
 
 
 def make_loader(
-    data_dir: DataDir | str | os.PathLike,
+    data_dir: str | os.PathLike,
     total_seq_len: int,
     hidden_states_dtype: torch.dtype = torch.float32,
     train_ratio: float = 1.0,
@@ -87,10 +87,11 @@ def make_loader(
     """Packed batches as ``speculators train`` makes them: ArrowDataset -> multipack sampler -> CollateFn(shift_batch).
 
     Each batch: hidden_states [1, T, n_aux*hidden], input_ids, verifier_last_hidden_states, loss_mask, position_ids,
-    document_ids (-1 = padding) with T = ``total_seq_len``. A path is opened here, a :class:`DataDir` used as it is;
+    document_ids (-1 = padding) with T = ``total_seq_len``. The directory is opened here (a :class:`DataDir` is used
+    as it is);
     ``verifier`` / ``aux_layer_ids`` are checked against the directory when given.
     """
-    data = data_dir if isinstance(data_dir, DataDir) else DataDir.open(data_dir)
+    data = DataDir.open(data_dir)
     if verifier is not None or aux_layer_ids is not None:
         data.check_compatible(verifier, aux_layer_ids)
     if not data.complete:

@@ -24,7 +24,7 @@ def _state_names(data: DataDir) -> list[str]:
     return [f"aux layer {i}" for i in aux] + ["last (pre-norm)"]
 
 
-def hidden_state_norms(data_dir: DataDir | str | os.PathLike, n_samples: int = 4) -> pd.DataFrame:
+def hidden_state_norms(data_dir: str | os.PathLike, n_samples: int = 4) -> pd.DataFrame:
     """Per stored state (aux layers, then the pre-norm last state): L2 norm per token, summarised over samples."""
     data = DataDir.open(data_dir)
     names = _state_names(data)
@@ -36,7 +36,7 @@ def hidden_state_norms(data_dir: DataDir | str | os.PathLike, n_samples: int = 4
     return pd.DataFrame(rows).round(2)
 
 
-def plot_hidden_state_norms(data_dir: DataDir | str | os.PathLike, sample: int = 0) -> Figure:
+def plot_hidden_state_norms(data_dir: str | os.PathLike, sample: int = 0) -> Figure:
     """L2 norm of each stored state along the positions of one sample (log scale)."""
     data = DataDir.open(data_dir)
     names = _state_names(data)

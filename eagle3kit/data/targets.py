@@ -53,7 +53,7 @@ def verifier_logits(verifier, token_ids: list[torch.Tensor], t2d: torch.Tensor |
     return out
 
 
-def verify_targets(data_dir: DataDir | str | os.PathLike, verifier=None, n_samples: int = 2,
+def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 2,
                    draft_vocab_size: int | None = None) -> dict:
     """Prove the stored last state is pre-norm: speculators' targets from it vs the verifier's own logits (the verifier
     run in the dtype that made the data).

@@ -1,7 +1,8 @@
 """Draft vocabulary mapping (d2t/t2d) from assistant-token frequencies, through speculators' own functions.
 
 Files live where ``speculators train --data-path DIR --draft-vocab-size N`` looks for them: ``DIR/token_freq.pt``,
-``DIR/d2t-{N}.npy`` (offsets: target id = i + d2t[i]) and ``DIR/t2d-{N}.npy`` (boolean mask over the verifier vocab).
+``DIR/d2t-{N}.npy`` (offsets: target id = i + d2t[i]) and ``DIR/t2d-{N}.npy`` (boolean mask over the verifier vocab);
+their paths are :class:`~eagle3kit.data.directory.DataDir`'s (``token_freq_path``, ``mapping_paths``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,9 @@ from eagle3kit.draft.config import DraftBuild
 from eagle3kit.draft.model import build_model
 
 
-def token_freq_path(data_dir: str | os.PathLike) -> Path:
-    return Path(data_dir) / DataDir.TOKEN_FREQ
-
-
 def save_token_freq(dataset, data_dir: str | os.PathLike) -> Path:
     """Count assistant tokens (loss_mask == 1) with speculators' counter; written atomically."""
-    target = token_freq_path(data_dir)
+    target = DataDir.open(data_dir).token_freq_path
     with atomic_file(target) as tmp:
         tmp.unlink()  # speculators reuses an existing file without recounting
         save_token_frequency_distribution(dataset, tmp)
@@ -34,16 +31,10 @@ def save_token_freq(dataset, data_dir: str | os.PathLike) -> Path:
 
 
 def load_token_freq(data_dir: str | os.PathLike) -> dict[int, int]:
-    path = token_freq_path(data_dir)
+    path = DataDir.open(data_dir).token_freq_path
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; make the data with `eagle3kit data --out DIR` first.")
     return torch.load(path, weights_only=True)
-
-
-def mapping_paths(data_dir: str | os.PathLike, draft_vocab_size: int) -> tuple[Path, Path]:
-    """``(d2t-{N}.npy, t2d-{N}.npy)`` in ``data_dir``."""
-    d = Path(data_dir)
-    return d / DataDir.D2T.format(n=draft_vocab_size), d / DataDir.T2D.format(n=draft_vocab_size)
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
@@ -59,7 +50,7 @@ def build_mapping(data_dir: str | os.PathLike, draft_vocab_size: int, target_voc
             f"draft_vocab_size={draft_vocab_size} must be in 1..{target_vocab_size} (the verifier's vocab)."
         )
     d2t, t2d = build_vocab_mappings_from_distribution(load_token_freq(data_dir), draft_vocab_size, target_vocab_size)
-    d2t_path, t2d_path = mapping_paths(data_dir, draft_vocab_size)
+    d2t_path, t2d_path = DataDir.open(data_dir).mapping_paths(draft_vocab_size)
     _save_npy(d2t_path, d2t.cpu().numpy())
     _save_npy(t2d_path, t2d.cpu().numpy())
     return t2d, d2t
@@ -70,7 +61,7 @@ def load_mapping(data_dir: str | os.PathLike, draft_vocab_size: int | None, targ
     """(t2d, d2t) as speculators' CLI loads them; (None, None) for the full vocab; made from token_freq.pt if absent."""
     if draft_vocab_size is None or draft_vocab_size == target_vocab_size:
         return None, None
-    d2t_path, t2d_path = mapping_paths(data_dir, draft_vocab_size)
+    d2t_path, t2d_path = DataDir.open(data_dir).mapping_paths(draft_vocab_size)
     if not (d2t_path.exists() and t2d_path.exists()):
         return build_mapping(data_dir, draft_vocab_size, target_vocab_size)
     d2t = torch.from_numpy(np.load(d2t_path))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import pandas as pd
 
 from eagle3kit.tables import INDENT, format_table, terminal_width
 
 SEVERITIES = ("error", "warning", "info")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -22,16 +24,33 @@ class Finding:
     check: str = ""
 
 
-def guarded(findings: list[Finding], fix: str, severity: str = "error") -> Callable[[str, Callable], None]:
-    """A runner ``run(name, check)`` that adds ``check()``'s findings to ``findings``, or, when the check raises, one
-    finding naming it (a broken subject gives a finding, never a crash)."""
-    def run(name: str, check: Callable[[], list[Finding]]) -> None:
+class Guard:
+    """The one try -> :class:`Finding` wrapper of the doctor: a broken subject gives a finding, never a crash.
+
+    ``guard(name, check)`` adds ``check()``'s findings to ``findings``, or, when the check raises, one finding naming
+    it (``fix``, ``severity``); ``guard.need(name, what, fix, make)`` returns ``make()``, or None with an error finding
+    (``what``, the exception, ``fix``) when it raises: what later checks need and could not have."""
+
+    def __init__(self, findings: list[Finding], fix: str = "", severity: str = "error"):
+        self.findings, self.fix, self.severity = findings, fix, severity
+
+    def _failed(self, name: str, what: str, exc: Exception, fix: str, severity: str, named: bool = True) -> None:
+        why = f"{type(exc).__name__}: {exc}" if named else str(exc)
+        self.findings.append(Finding(severity, what, why[:300], fix, name))
+
+    def __call__(self, name: str, check: Callable[[], list[Finding]]) -> None:
         try:
-            findings.extend(check())
+            self.findings.extend(check())
         except Exception as exc:  # noqa: BLE001
-            findings.append(Finding(severity, f"{name} check could not run", f"{type(exc).__name__}: {exc}"[:300],
-                                    fix, name))
-    return run
+            self._failed(name, f"{name} check could not run", exc, self.fix, self.severity)
+
+    def need(self, name: str, what: str, fix: str, make: Callable[[], T], named: bool = True) -> T | None:
+        """``make()``, or None with an error finding (``named``: the exception's type leads its text)."""
+        try:
+            return make()
+        except Exception as exc:  # noqa: BLE001
+            self._failed(name, what, exc, fix, "error", named)
+            return None
 
 
 def to_frame(findings: list[Finding]) -> pd.DataFrame:

@@ -12,10 +12,11 @@
 ``scored``      what a run scored, per set (prompts, ids, continuations, records, vLLM's counts): 06 writes it, 07 reads
 ``long_context`` the ``long-context`` prompt set (held-out ShareGPT histories by context length), replies + states
 ``context_curve`` τ against context length: per bucket with intervals, the curve, the fall past the training length
-``report``      what notebook 06 reports: a draft on a named set beside its held-out prompts, stability, summary
+``summary``     what notebook 06 reports: a draft on a named set beside its held-out prompts, stability, summary
 ``recipes``     what the recipe lab (bench/recipe.py) measured: τ per CPU minute per lever, the frontier, its plot
 ``conventions`` τ as eagle3kit, speculators and SpecForge count it, with the conversions
-``speed``       from τ to speed: the speedup arithmetic, measured step costs, tokens/s side by side only when alike
+``round_speed`` from τ to speed by a speculation round's cost: the speedup arithmetic, measured step costs, tokens/s
+                side by side only when alike
 ``export``      reload an exported draft with speculators, the vLLM serve command
 ``vllm``        the draft in real vLLM (its own environment, subprocesses only): :mod:`eagle3kit.evaluate.vllm`
 """

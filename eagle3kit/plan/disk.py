@@ -33,7 +33,7 @@ class TokenStats:
         return self.tokens / self.n_samples
 
 
-def data_token_stats(data_dir: str | os.PathLike | DataDir) -> TokenStats:
+def data_token_stats(data_dir: str | os.PathLike) -> TokenStats:
     """The token statistics of a data directory made by ``eagle3kit data`` (from its manifest's counts)."""
     counts = DataDir.open(data_dir).require_manifest().counts
     return TokenStats(counts["n_samples"], counts["tokens"])

@@ -9,7 +9,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from eagle3kit.plan import memory
-from eagle3kit.plan.report import Plan
+from eagle3kit.plan.gpu_plan import Plan
 
 
 def plan_figure(plans: list[Plan]) -> Figure:

@@ -1,6 +1,6 @@
 """The shapes a plan reads: the verifier's (exact parameter counts from a meta-device model) and the draft's (the
 real ``Eagle3DraftModel`` of a :class:`~eagle3kit.draft.config.DraftBuild`, on the meta device, counted by
-:func:`eagle3kit.draft.report.parameter_counts`)."""
+:func:`eagle3kit.draft.explain.parameter_counts`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from speculators.models.eagle3 import Eagle3DraftModel
 from transformers import AutoModelForCausalLM
 
 from eagle3kit.draft.config import DraftBuild, draft_ttt_steps
-from eagle3kit.draft.report import parameter_counts
+from eagle3kit.draft.explain import parameter_counts
 from eagle3kit.logs import quiet
 
 

@@ -10,7 +10,7 @@
 ``plots``       training curves per TTT step, the next batch
 ``stepper``     the Step / Run N / Stop widget
 ``overfit``     train on one conversation, then decode it with the draft
-``measure``     measured CPU peaks (a training step, the loss alone): what ``eagle3kit.plan`` is checked against
+``measured_memory`` measured CPU peaks (a training step, the loss alone): what ``eagle3kit.plan`` is checked against
 ``launch``      speculators ``TrainConfig`` YAML + the torchrun / FSDP command, and its dry run
 ``handoff``     a launch YAML as the session's settings and draft, speculators' per-step records read back
 ``rehearsal``   speculators' own trainer run here on that YAML (1 process / torchrun / FSDP), beside the session

@@ -47,7 +47,7 @@ class LiveTau:
 
         if every < 1:
             raise UserError(f"--eval-every must be at least 1 step (got {every}).")
-        build, data = session.build, session.data_dir
+        build, data = session.build, session.data
         tokenizer, verifier = load_tokenizer(build.verifier), load_model(build.verifier, device=session.device)
         held = held_out_conversations(data.path)
         prompts = (ev.chat_prompts(tokenizer, held, n_prompts, max_prompt_tokens) if held else

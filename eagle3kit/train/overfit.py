@@ -143,12 +143,12 @@ def overfit(verifier="smollm2", out_dir: str | os.PathLike = "overfit", steps: i
     with quiet():
         model = load_model(v)
     vocab = min(draft_vocab_size, v.text_config.vocab_size) if draft_vocab_size else None
-    data_dir = DataDir(one_conversation(v, out_dir, reply_tokens, max_prompt_tokens, seed, source, vocab, model))
+    data = DataDir(one_conversation(v, out_dir, reply_tokens, max_prompt_tokens, seed, source, vocab, model))
     if prepare is not None:
-        prepare(data_dir)
-    packed = round_up_to_block(data_dir.seq_length + 1)
+        prepare(data)
+    packed = round_up_to_block(data.seq_length + 1)
     spec = dataclasses.replace(spec or DraftSpec(), verifier=v.path, ttt_steps=k, draft_vocab_size=vocab)
-    session = TrainSession(data_dir, spec, progress=progress, lr=lr, seed=seed, max_steps=steps,
+    session = TrainSession(data, spec, progress=progress, lr=lr, seed=seed, max_steps=steps,
                            total_seq_len=packed, train_data_ratio=1.0,
                            scheduler_type="none", warm_start_layer=warm_start_layer)
     records = session.run(steps)
@@ -161,7 +161,7 @@ def overfit(verifier="smollm2", out_dir: str | os.PathLike = "overfit", steps: i
     return OverfitResult(
         k=k, steps=len(records), tau=decoded.tau, accepted=decoded.accepted, lossless=decoded.tokens == reply,
         losses=[r["loss"] for r in records], full_acc=[last[f"full_acc_{i}"] for i in range(k)],
-        reply_tokens=len(reply), seconds=time.perf_counter() - t0, threshold=threshold, data_dir=str(data_dir))
+        reply_tokens=len(reply), seconds=time.perf_counter() - t0, threshold=threshold, data_dir=str(data))
 
 
 def plot_overfit(result: OverfitResult) -> Figure:

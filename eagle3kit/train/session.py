@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 from eagle3kit import validate
 from eagle3kit.data.directory import DataDir
 from eagle3kit.data.vocab import build_for_data
-from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps, spec_from_saved
+from eagle3kit.data.draft_spec import spec_for
+from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps
 from eagle3kit.draft.model import save_draft
 from eagle3kit.errors import UserError
 from eagle3kit.train import checkpoint as ckpt
@@ -56,21 +57,21 @@ class TrainingDiverged(UserError):
 class TrainSession:
     """A draft, its optimizer and scheduler, and a position in the data; ``step()`` trains on one packed batch.
 
-    ``data_dir`` is a :class:`~eagle3kit.data.directory.DataDir` or its path (opened here); the session holds that one
-    DataDir and hands it on (batches, vocab mapping), checked once against the draft.
+    ``data`` is a :class:`~eagle3kit.data.directory.DataDir` or its path (opened here); the session holds that one
+    DataDir as :attr:`data` and hands it on (batches, vocab mapping), checked once against the draft.
     ``draft`` is a :class:`DraftBuild`, a :class:`DraftSpec`, a verifier name (str), a ``Path`` to a saved draft
     ``config.json``'s folder (notebook 01's), or None (the verifier the data was made with); the last three get the
     data's draft vocab. Keyword arguments are :class:`TrainSettings` fields.
     """
 
-    def __init__(self, data_dir: DataDir | str | os.PathLike, draft: DraftBuild | DraftSpec | str | os.PathLike
+    def __init__(self, data: DataDir | str | os.PathLike, draft: DraftBuild | DraftSpec | str | os.PathLike
                  | None = None, progress: bool = True, **settings: Any):
         unknown = set(settings) - {f.name for f in dataclasses.fields(TrainSettings)}
         if unknown:
             raise TypeError(f"Unknown training setting(s) {sorted(unknown)}; see TrainSettings for the fields.")
-        self.data_dir = data_dir if isinstance(data_dir, DataDir) else DataDir.open(data_dir)
-        self.build = _as_build(draft, self.data_dir)
-        self.data_dir.for_draft(self.build.verifier, self.build.aux_layer_ids)
+        self.data = DataDir.open(data)
+        self.build = _as_build(draft, self.data)
+        self.data.for_draft(self.build.verifier, self.build.aux_layer_ids)
         self.device = self.build.device
         if self.device == "cpu" and self.build.attention.implementation in ("simple_flex_attention", "flex_attention"):
             raise UserError(
@@ -85,13 +86,13 @@ class TrainSession:
         self.progress = progress
         self.dtype = getattr(torch, s.hidden_states_dtype)
         self.ttt_steps = draft_ttt_steps(self.build.config)
-        self.batches = Batches(self.data_dir, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype,
+        self.batches = Batches(self.data, self.build, s.total_seq_len, s.seed, s.train_data_ratio, self.dtype,
                                s.ranks)
         self.forward = forward_for(self.attention)
         self.forward_kwargs = {"ttt_steps": self.ttt_steps, "ttt_step_loss_decay": s.ttt_step_loss_decay,
                                "loss_config": resolve_loss_config(s.loss_fn, s.loss_implementation)}
         torch.manual_seed(s.seed)
-        self.model = build_for_data(self.build, self.data_dir, s.warm_start_layer)
+        self.model = build_for_data(self.build, self.data, s.warm_start_layer)
         self.model.train()
         self.optimizers = make_optimizers(self.model, s)  # [AdamW] or [Muon, AdamW], as speculators' Trainer
         self.total_steps = s.max_steps or s.epochs * len(self.batches)
@@ -241,7 +242,7 @@ class TrainSession:
     @property
     def _data_path(self) -> str:
         """The data directory's absolute path, as a checkpoint records it."""
-        return str(self.data_dir.path.resolve())
+        return str(self.data.path.resolve())
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Checkpoint: speculators' model dir + optimizer, scheduler, RNG, data position and history (atomic)."""
@@ -287,26 +288,10 @@ class TrainSession:
     def training_record(self) -> dict[str, Any]:
         """The lengths the draft was trained at: ``total_seq_len`` (a pack) and the data's ``seq_length`` (the
         longest document; positions restart per document, so the draft never saw a longer context), the steps."""
-        return {"total_seq_len": self.settings.total_seq_len, "seq_length": self.data_dir.seq_length,
+        return {"total_seq_len": self.settings.total_seq_len, "seq_length": self.data.seq_length,
                 "steps": self.global_step, "ttt_steps": self.ttt_steps}
 
 
 def _as_build(draft: DraftBuild | DraftSpec | str | os.PathLike | None, data: DataDir) -> DraftBuild:
-    """A verifier name, saved config or None gets the data's draft vocab (the one it has a mapping for, else full).
-    A directory without a manifest says neither its verifier nor its aux layers: they come from the draft, else from
-    what the directory was told, else a :class:`~eagle3kit.data.directory.DataError` names them."""
-    if isinstance(draft, DraftBuild):
-        return draft
-    aux = None if data.has_manifest else data.aux_layer_ids
-    if isinstance(draft, DraftSpec):
-        if draft.aux_layer_ids is None and not data.has_manifest:
-            aux = data.require_aux_layer_ids("aux_layer_ids=[...] (--aux-layer-ids)")
-        return build_config(dataclasses.replace(draft, aux_layer_ids=draft.aux_layer_ids or aux))
-    vocab = data.draft_vocab_size
-    if isinstance(draft, os.PathLike):
-        return build_config(spec_from_saved(draft, draft_vocab_size=vocab))
-    verifier = draft or data.require_verifier("the verifier as draft='NAME' (CLI: --verifier)")
-    if not data.has_manifest:
-        aux = data.require_aux_layer_ids("aux_layer_ids=[...] (--aux-layer-ids)")
-    return build_config(verifier=verifier, draft_vocab_size=vocab, aux_layer_ids=aux)
-
+    """``draft`` as a build for ``data``: a build as it is, else the spec :func:`spec_for` infers from the data."""
+    return draft if isinstance(draft, DraftBuild) else build_config(spec_for(draft, data))

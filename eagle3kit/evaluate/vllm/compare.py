@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from eagle3kit.evaluate.acceptance import Acceptance, DecodeRun
-from eagle3kit.evaluate.speed import CpuPrediction, Measured, speed_table
+from eagle3kit.evaluate.round_speed import CpuPrediction, Measured, speed_table
 from eagle3kit.evaluate.vllm.serve import VllmCheck
 
 DECODE_LOOP = "transformers, one prompt at a time (eagle3kit's decode loop: a correctness tool)"

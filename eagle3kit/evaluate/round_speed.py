@@ -10,7 +10,7 @@ One round of chain speculation with ``k`` draft tokens, for a batch of ``B`` seq
 So the speedup is ``S = τ · t_plain / (t_verify + k · t_draft + t_other)`` and the draft pays when τ exceeds the
 break-even ``(t_verify + k · t_draft + t_other) / t_plain``. The costs come from a measurement (vLLM's CPU build here:
 :func:`step_costs` of :mod:`eagle3kit.evaluate.vllm.worker`'s step records) or from counted bytes and FLOPs
-(:mod:`eagle3kit.plan.speedup`, for a GPU).
+(:mod:`eagle3kit.plan.serving_speed`, for a GPU).
 
 Tokens/s side by side are only compared when they were measured the same way (:class:`Measured`,
 :func:`speed_table`): same engine, batch, prompts, tokens and warmth.
@@ -176,15 +176,22 @@ class CpuPrediction:
         return f"{first} {second}"
 
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "results" / "speedup.json"  # what bench/speedup.py wrote
+CPU_POINTS = Path(__file__).with_name("speedup_cpu.json")  # package data: this CPU's rows, written by bench/speedup.py
+MEASURED_HERE = "measured here"  # the ``source`` of those rows
 
 
-def bench_row(batch: int, path: str | os.PathLike = BENCH) -> dict | None:
-    """This CPU's row at ``batch`` in bench/speedup.py's results (medians over its repeats), None when absent."""
+def write_cpu_points(rows: list[dict], path: str | os.PathLike = CPU_POINTS) -> None:
+    """Keep bench/speedup.py's rows measured on this CPU (``source`` :data:`MEASURED_HERE`) as package data."""
+    mine = [r for r in rows if r.get("source") == MEASURED_HERE]
+    Path(path).write_text(json.dumps({"rows": mine}, indent=1, default=str) + "\n")
+
+
+def bench_row(batch: int, path: str | os.PathLike = CPU_POINTS) -> dict | None:
+    """This CPU's row at ``batch`` in bench/speedup.py's measurements (medians over its repeats), None when absent."""
     if not Path(path).exists():
         return None
     rows = json.loads(Path(path).read_text())["rows"]
-    return next((r for r in rows if r.get("source") == "measured here" and r.get("batch") == batch), None)
+    return next((r for r in rows if r.get("source") == MEASURED_HERE and r.get("batch") == batch), None)
 
 
 def cpu_prediction(steps: dict[str, list[dict]], k: int, accepted_per_position: list[float],

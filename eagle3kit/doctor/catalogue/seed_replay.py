@@ -7,7 +7,7 @@ layers to ``"sdpa"`` afterwards hands sdpa a BlockMask. The fix is an attention 
 building (flex on a GPU, sdpa on a CPU). The 0.9.0 twist: transformers' own ``"flex_attention"`` (the old fix) now
 gets a dense mask; it is run through the probe's subprocess, because it can kill the process.
 
-Every step uses the same weights and the same packed batch (:func:`eagle3kit.doctor.probe_worker.make_batch`), and
+Every step uses the same weights and the same packed batch (:func:`eagle3kit.doctor.probe.worker.make_batch`), and
 compares with eager attention. Nothing is written in advance: statuses, errors and Δ loss are measured.
 """
 
@@ -23,14 +23,14 @@ from speculators.models.eagle3 import Eagle3DraftModel
 from torch.nn.attention.flex_attention import BlockMask
 from transformers import LlamaConfig
 
-from eagle3kit.doctor import probe
-from eagle3kit.doctor.attention_checks import recommended_attention
-from eagle3kit.doctor.checks import check
-from eagle3kit.doctor.facts import mask_kind
-from eagle3kit.doctor.findings import Finding, format_findings, has_errors
-from eagle3kit.doctor.probe_worker import first_line, make_batch
-from eagle3kit.draft.config import build_config, set_attention, with_attention
 from eagle3kit.device import resolve_device
+from eagle3kit.doctor.checks.attention import recommended_attention
+from eagle3kit.doctor.checks.facts import mask_kind
+from eagle3kit.doctor.checks.run import check
+from eagle3kit.doctor.findings import Finding, format_findings, has_errors
+from eagle3kit.doctor.probe import matrix as probe
+from eagle3kit.doctor.probe.worker import first_line, make_batch
+from eagle3kit.draft.config import build_config, set_attention, with_attention
 from eagle3kit.logs import quiet
 
 SAME = 1e-4  # |Δ loss| below this, with every draft token equal, counts as "same numbers as eager"

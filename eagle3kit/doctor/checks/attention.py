@@ -1,6 +1,6 @@
 """Doctor checks of attention and loss on a device: which mask the draft builds, whether its backend consumes it.
 
-The mask kind is measured (:mod:`eagle3kit.doctor.facts`); what each backend consumes is read from its source
+The mask kind is measured (:mod:`eagle3kit.doctor.checks.facts`); what each backend consumes is read from its source
 (transformers' eager adds the mask, sdpa takes bool or float, speculators' flex path passes a BlockMask,
 transformers' flex_attention adds a dense tensor to the scores). ``eagle3kit probe`` measures the consequences.
 """
@@ -46,7 +46,7 @@ def recommended_attention(device: str, training: bool) -> str:
 
 def attention_findings(facts: dict, device: str, training: bool, seq_len: int | None,
                        ttt_steps: int) -> list[Finding]:
-    """Findings for the facts of :func:`~eagle3kit.doctor.facts.attention_facts` on ``device``."""
+    """Findings for the facts of :func:`~eagle3kit.doctor.checks.facts.attention_facts` on ``device``."""
     out = []
     cpu = not device.startswith("cuda")
     fix = SET_ATTN.format(impl=recommended_attention(device, training))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eagle3kit.errors import UserError
-from eagle3kit.plan.speedup import shapes
+from eagle3kit.plan.serving_speed import shapes
 from eagle3kit.verifier import Verifier
 
 FLOAT32_BYTES = 4

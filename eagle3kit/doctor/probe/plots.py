@@ -1,4 +1,4 @@
-"""Figures of the probe's measured matrix (:func:`eagle3kit.doctor.probe.probe`); each returns a Figure."""
+"""Figures of the probe's measured matrix (:func:`eagle3kit.doctor.probe.matrix.probe`); each returns a Figure."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Why is my τ low? From a draft folder + a data directory (or prompts): acceptance per draft position on the
 verifier's own continuations, the untrained baseline, the draft's agreement with the verifier on the dataset's text
 against on the verifier's continuations, served k against the trained TTT steps, and τ past the length the draft was
-trained at against τ within it (:mod:`eagle3kit.doctor.context_tau`), as a short verdict that ends with what that
-acceptance buys when served (:mod:`eagle3kit.plan.speedup`: vLLM on one GPU, batch 1).
+trained at against τ within it (:mod:`eagle3kit.doctor.tau.context`), as a short verdict that ends with what that
+acceptance buys when served (:mod:`eagle3kit.plan.serving_speed`: vLLM on one GPU, batch 1).
 
 ``why_low_tau(draft_dir, verifier=None, data_dir=None, prompts=None)`` -> :class:`TauReport` (``.table()``,
 ``.verdict``, and the folder's ``.findings`` from the same pass: one load, one measurement); the CLI:
@@ -19,16 +19,16 @@ import pandas as pd
 import torch
 
 from eagle3kit.data.conversations import prompt_turns, turns_of
-from eagle3kit.doctor.context_tau import context_fall
-from eagle3kit.doctor.draft_folder import examine_draft_folder
-from eagle3kit.doctor.draft_loader import sliding_window
+from eagle3kit.doctor.checks.draft_folder import examine_draft_folder
+from eagle3kit.doctor.checks.draft_loader import sliding_window
+from eagle3kit.doctor.checks.folder import trained_steps
+from eagle3kit.doctor.checks.trained import Agreement
 from eagle3kit.doctor.findings import Finding
-from eagle3kit.doctor.folder_checks import trained_steps
-from eagle3kit.doctor.trained import Agreement
+from eagle3kit.doctor.tau.context import context_fall
 from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate.context_curve import Fall
-from eagle3kit.plan import speedup
+from eagle3kit.plan import serving_speed
 from eagle3kit.verifier import Verifier, load_tokenizer
 
 SPEED_GPU = "H100-80GB"  # where the verdict's speed line serves the draft (eagle3kit plan --gpu for another)
@@ -56,7 +56,7 @@ class TauReport:
     agreement: Agreement | None  # the draft and its untrained twin on the verifier's greedy continuations
     text: TextAgreement | None  # on the dataset's replies (None without a data directory)
     verdict: list[str] = field(default_factory=list)
-    speed: speedup.SpeedPlan | None = None  # this acceptance served by vLLM on one SPEED_GPU at batch 1
+    speed: serving_speed.SpeedPlan | None = None  # this acceptance served by vLLM on one SPEED_GPU at batch 1
     findings: list[Finding] = field(default_factory=list)  # the folder's, from the same pass (examine_draft_folder)
     bench: str | None = None  # the named prompt set measured on (None: held-out or built-in prompts)
     context: Fall | None = None  # τ within the training length against τ past it (None: not measurable)
@@ -123,7 +123,7 @@ def verdict(k: int, steps: int | None, agreement: Agreement, text: TextAgreement
     return out
 
 
-def speed_line(plan: speedup.SpeedPlan) -> str:
+def speed_line(plan: serving_speed.SpeedPlan) -> str:
     """What the measured acceptance buys when served, in one sentence."""
     return (f"Served by vLLM on one {plan.gpu} at batch {plan.batch} with k={plan.k}, τ {plan.tau:.2f} would decode "
             f"at {plan.speedup:.2f}x plain speed (predicted; the draft pays above τ {plan.break_even:.2f}, at most "
@@ -150,7 +150,8 @@ def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None
     """Check the draft folder and measure why its τ is what it is, in one pass: the folder's findings (their
     "trained" judged from this one measurement) and the verdict. ``prompts``: conversations or strings (default: the
     data directory's held-out conversations, else built-in questions); ``k``: the served k (default: the config's);
-    ``before_load``: as :func:`~eagle3kit.doctor.draft_folder.examine_draft_folder`'s. A folder whose errors forbid
+    ``before_load``: as :func:`~eagle3kit.doctor.checks.draft_folder.examine_draft_folder`'s. A folder whose errors
+    forbid
     the measurement gives a report without one (``agreement`` None), its verdict saying so. ``bench``: measure on
     that named set (:mod:`eagle3kit.evaluate.benchmarks`), ``n_prompts`` of it (default :data:`BENCH_PROMPTS`, the
     categories in turn, each prompt whole) instead of the held-out prompts (default 8)."""
@@ -168,7 +169,7 @@ def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None
     v, config, data = c.verifier, c.config, c.data
     text = (text_agreement(c.verifier_model, load_tokenizer(v), c.draft, data.conversations, n_prompts,
                            max_new_tokens) if data is not None and data.conversations else None)
-    plan = speedup.predict(v.path or v.name, SPEED_GPU, 1, k,
+    plan = serving_speed.predict(v.path or v.name, SPEED_GPU, 1, k,
                            acceptance=c.agreement.draft.rates()["cumulative"].fillna(0.0).tolist(),
                            draft_vocab_size=config.draft_vocab_size,
                            num_layers=config.transformer_layer_config.num_hidden_layers)

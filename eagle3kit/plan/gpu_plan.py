@@ -1,6 +1,6 @@
 """A plan for the GPU run: disk, GPU memory per rank, the longest packed sequence that fits, the verifier's memory
-for data generation, time, the commands, and what the draft will buy when served (:mod:`eagle3kit.plan.speedup`), each
-number labelled with how it was obtained.
+for data generation, time, the commands, and what the draft will buy when served
+(:mod:`eagle3kit.plan.serving_speed`), each number labelled with how it was obtained.
 
 Kinds: ``counted`` (from the real objects: speculators' draft and the verifier built on the meta device, or a data
 directory's manifest), ``derived`` (a formula of :mod:`eagle3kit.plan.disk` / ``memory`` / ``timing``, checked against
@@ -17,7 +17,7 @@ import pandas as pd
 
 from eagle3kit.draft.config import DraftSpec, build_config
 from eagle3kit.errors import UserError
-from eagle3kit.plan import disk, memory, speedup, timing
+from eagle3kit.plan import disk, memory, serving_speed, timing
 from eagle3kit.plan.commands import TOTAL_SEQ_LEN, torchrun_command
 from eagle3kit.plan.gpus import GPU, USABLE_FRACTION, resolve_gpu
 from eagle3kit.plan.shapes import DraftShape, VerifierShape, draft_shape, verifier_shape
@@ -49,7 +49,7 @@ class Plan:
     train_seconds: float
     checkpoint_bytes: float
     utilisation: tuple[float, float]
-    speed: speedup.SpeedPlan | None = None
+    speed: serving_speed.SpeedPlan | None = None
     commands: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
@@ -188,7 +188,7 @@ def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sa
         train_seconds=timing.seconds(train_flops, timing.Throughput(gpus, target.bf16_tflops, train_utilisation)),
         checkpoint_bytes=memory.checkpoint_bytes(dshape, optimizer),
         utilisation=(data_utilisation, train_utilisation),
-        speed=speedup.predict(verifier, gpu, serve_batch, serve_k or ttt_steps, tau, acceptance, tp=serve_gpus,
+        speed=serving_speed.predict(verifier, gpu, serve_batch, serve_k or ttt_steps, tau, acceptance, tp=serve_gpus,
                               draft_vocab_size=build.config.draft_vocab_size, num_layers=num_layers),
     )
     result.commands = _commands(result, build, data)
@@ -227,8 +227,9 @@ def _assumptions(p: Plan, kind: str) -> list[str]:
         f"utilisation of dense bf16 peak: {p.utilisation[0]:.0%} for data generation, {p.utilisation[1]:.0%} for "
         "training (not measured on a GPU here)",
         "verifier weights in bf16 (an FP8/INT4 checkpoint needs half/a quarter); data generation reads each token once",
-        f"serving: bf16 weights read at {speedup.BANDWIDTH_UTILISATION:.0%} of the memory bandwidth, batched steps at "
-        f"{speedup.COMPUTE_UTILISATION:.0%} of dense bf16 peak, {speedup.DEFAULT_CONTEXT} tokens of KV cache a "
+        f"serving: bf16 weights read at {serving_speed.BANDWIDTH_UTILISATION:.0%} of the memory bandwidth, batched "
+        f"steps at {serving_speed.COMPUTE_UTILISATION:.0%} of dense bf16 peak, {serving_speed.DEFAULT_CONTEXT} tokens "
+        "of KV cache a "
         f"sequence; engine overheads {p.speed.overheads.source}; tensor parallelism's all-reduces not counted; checked "
         "against published EAGLE-3 speedups at batch 1 (bench/speedup.py: single-GPU points within 10%, 70B on 8 GPUs "
         "31% high), not yet at larger batches",

@@ -1,6 +1,7 @@
 """One probe worker process: build a tiny draft once, then run the requested attention cells, one JSON line each.
 
-Run by :mod:`~eagle3kit.doctor.probe` as ``python -m eagle3kit.doctor.probe_worker SPEC RESULTS``. Before each cell it
+Run by :mod:`~eagle3kit.doctor.probe.matrix` as ``python -m eagle3kit.doctor.probe.worker SPEC RESULTS``. Before each
+cell it
 writes a ``start`` line, after it a ``done`` line, so that a segfault or hang inside a cell is pinned to that cell
 by the parent. All cells use the same weights (a state dict saved by the first worker, loaded by every later one)
 and the same seeded batch.
@@ -21,7 +22,7 @@ from speculators.losses import resolve_loss_config
 from speculators.models.eagle3 import Eagle3DraftModel
 
 from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
-from eagle3kit.doctor.facts import mask_kind
+from eagle3kit.doctor.checks.facts import mask_kind
 from eagle3kit.draft.config import DraftBuild, build_config, with_attention
 from eagle3kit.draft.model import build_model
 from eagle3kit.train.forward import block_sparse_forward

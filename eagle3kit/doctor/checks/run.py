@@ -2,27 +2,25 @@
 
 ``check(config | build | model, batch=None, device=..., training=True)`` never raises on a broken setup: every check
 runs guarded, and a check that cannot run becomes a finding itself. The checks themselves live in
-:mod:`~eagle3kit.doctor.attention_checks` (mask and backend, loss) and :mod:`~eagle3kit.doctor.model_checks`
+:mod:`~eagle3kit.doctor.checks.attention` (mask and backend, loss) and :mod:`~eagle3kit.doctor.checks.model`
 (weights, shapes, vocab, batch, head sizes vLLM's CPU build serves); ``check_data_dir`` checks a training-data
 directory.
 """
 
 from __future__ import annotations
 
-
 import torch
 
-from eagle3kit.data.health import bad_files, remake_command
 from eagle3kit.data.directory import DataDir
+from eagle3kit.data.health import bad_files, remake_command
 from eagle3kit.data.targets import verify_targets
-from eagle3kit.doctor.data_checks import supervision_findings
-from eagle3kit.doctor.attention_checks import attention_findings, loss_findings
-from eagle3kit.doctor.facts import attention_facts, doctor_subject
+from eagle3kit.doctor.checks.attention import attention_findings, loss_findings
+from eagle3kit.doctor.checks.data import supervision_findings
+from eagle3kit.doctor.checks.facts import attention_facts, doctor_subject
+from eagle3kit.doctor.checks.model import batch_findings, serving_findings, shape_findings, weight_findings
+from eagle3kit.doctor.checks.versions import version_findings
+from eagle3kit.doctor.findings import Finding, Guard
 from eagle3kit.draft.config import draft_ttt_steps
-from eagle3kit.doctor.findings import Finding
-from eagle3kit.doctor.findings import guarded as findings_guard
-from eagle3kit.doctor.model_checks import batch_findings, serving_findings, shape_findings, weight_findings
-from eagle3kit.doctor.versions import version_findings
 
 
 def check(subject, batch: dict | None = None, device: str = "auto", training: bool = True, loss="auto",
@@ -34,7 +32,7 @@ def check(subject, batch: dict | None = None, device: str = "auto", training: bo
     """
     findings: list[Finding] = []
 
-    guarded = findings_guard(findings, "speculators' own code failed on this config: check the fields it names")
+    guarded = Guard(findings, "speculators' own code failed on this config: check the fields it names")
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -84,31 +82,31 @@ def check_data_dir(data_dir, verifier=None, n_samples: int = 2) -> list[Finding]
     """Check a training-data directory (one ``eagle3kit data`` made, or speculators' pipeline: then ``verifier`` is
     needed): every hidden-state file (one finding per bad file, with the command that remakes it), then the
     last-hidden-state convention with :func:`eagle3kit.data.targets.verify_targets`, then what it supervises
-    (:func:`eagle3kit.doctor.data_checks.supervision_findings`: loss mask, template, aux slices, vocab).
+    (:func:`eagle3kit.doctor.checks.data.supervision_findings`: loss mask, template, aux slices, vocab).
 
     speculators applies ``verifier_norm`` to the stored last state itself, so it must be the pre-norm output of the
     last decoder layer: the targets computed from it must reproduce the verifier's own logits.
     """
     try:  # a directory without a manifest is told the verifier (its files are checked against it)
-        data_dir = DataDir.open(data_dir, verifier)
-        data_dir.require_verifier()
-        found = bad_files(data_dir)
+        data = DataDir.open(data_dir, verifier)
+        data.require_verifier()
+        found = bad_files(data)
     except Exception as exc:  # no dataset there; no manifest and no verifier; files another verifier made
         return [Finding("error", f"data directory {data_dir} cannot be checked", f"{type(exc).__name__}: {exc}",
                         "pass a data directory and the verifier that made it (--verifier NAME_OR_DIR)", "data_dir")]
-    if found and not data_dir.hidden_state_files():  # none at all: a prepared dataset not filled yet
+    if found and not data.hidden_state_files():  # none at all: a prepared dataset not filled yet
         return [Finding("error", f"data directory {data_dir} has no hidden states", f"its {len(found)} rows have no "
-                        "hs_*.safetensors file", remake_command(data_dir), "data_dir")]
+                        "hs_*.safetensors file", remake_command(data), "data_dir")]
     if found:
-        fix = remake_command(data_dir)
+        fix = remake_command(data)
         return [Finding("error", f"hidden-state file {path} is unusable", why, fix, "data_dir")
                 for path, why in found.items()]
     try:
-        r = verify_targets(data_dir, verifier, n_samples=n_samples)
+        r = verify_targets(data, verifier, n_samples=n_samples)
     except Exception as exc:  # DataError (wrong verifier), missing files, ...
         return [Finding("error", f"data directory {data_dir} cannot be checked", f"{type(exc).__name__}: {exc}",
                         "eagle3kit data --out DIR --verifier NAME  # make the data with eagle3kit", "data_dir")]
-    findings = supervision_findings(data_dir, verifier)
+    findings = supervision_findings(data, verifier)
     numbers = (f"targets from the stored last state vs the verifier's logits on {r['tokens']} tokens: argmax agree "
                f"{r['argmax_agree']:.1%}, max |diff| {r['max_abs_diff']:.3g} (tolerance {r['tolerance']})")
     if r["ok"]:

@@ -4,7 +4,8 @@ A segfault, an exception or a hang becomes a row (``crashed``, ``error``, ``time
 worker (``probe_worker``) runs the cells it is given in order and reports each; when it dies or hangs,
 the cell in flight gets the row and a fresh worker takes the remaining cells. Nothing here is written in advance:
 every value comes from running speculators' ``Eagle3DraftModel`` on this machine. Reading the matrix:
-:mod:`eagle3kit.doctor.verdict` (recommendation, settings table) and :mod:`eagle3kit.doctor.plots` (timings).
+:mod:`eagle3kit.doctor.probe.recommend` (recommendation, settings table) and :mod:`eagle3kit.doctor.probe.plots`
+(timings).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def _run(cells, spec, workdir: Path, timeout_s, startup_timeout_s, isolate_each,
         spec_path, events_path, log_path = (workdir / f"{n}-{launch}" for n in ("spec.json", "events.jsonl", "log"))
         spec_path.write_text(json.dumps({**spec, "run": run}))
         with open(log_path, "w") as log:
-            worker = [sys.executable, "-m", "eagle3kit.doctor.probe_worker", str(spec_path), str(events_path)]
+            worker = [sys.executable, "-m", "eagle3kit.doctor.probe.worker", str(spec_path), str(events_path)]
             proc = subprocess.Popen(worker,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             try:

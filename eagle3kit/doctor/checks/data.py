@@ -14,8 +14,7 @@ import os
 
 from eagle3kit.data.directory import DataDir
 from eagle3kit.data.supervision import MaskAudit, audit_aux, audit_mask, audit_vocab
-from eagle3kit.doctor.findings import Finding
-from eagle3kit.doctor.findings import guarded as findings_guard
+from eagle3kit.doctor.findings import Finding, Guard
 from eagle3kit.draft.config import resolve_aux_layer_ids
 
 REBUILD = "rebuild the directory with `eagle3kit data --out DIR` (it renders and masks with the verifier's template)"
@@ -130,12 +129,12 @@ def vocab_findings(r: dict) -> list[Finding]:
     return out
 
 
-def supervision_findings(data_dir: DataDir | str | os.PathLike, verifier=None) -> list[Finding]:
+def supervision_findings(data_dir: str | os.PathLike, verifier=None) -> list[Finding]:
     """Every finding of this module for ``data_dir`` (``verifier``: the one that made it; default: the manifest's)."""
     data = DataDir.open(data_dir)
     findings: list[Finding] = []
 
-    guarded = findings_guard(findings, "", severity="warning")
+    guarded = Guard(findings, "", severity="warning")
 
     ref = verifier if verifier is not None else data.verifier_ref
     guarded("loss_mask", lambda: mask_findings(audit_mask(data, ref)))

@@ -1,4 +1,4 @@
-"""Checks of a draft folder's files (:class:`~eagle3kit.doctor.draft_loader.DraftFolder`): the method fields the
+"""Checks of a draft folder's files (:class:`~eagle3kit.doctor.checks.draft_loader.DraftFolder`): the method fields the
 engines read, the tensors (names, shapes, finite), the saved vocab mapping, the frozen embedding, served k against
 the trained TTT steps, the draft's context length, and the data the draft was trained on."""
 
@@ -10,9 +10,9 @@ import torch
 from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
 from speculators.train.config.schema import LossArgs
 
-from eagle3kit.doctor.facts import DoctorSubject
+from eagle3kit.doctor.checks.facts import DoctorSubject
+from eagle3kit.doctor.checks.model import vocab_findings
 from eagle3kit.doctor.findings import Finding
-from eagle3kit.doctor.model_checks import vocab_findings
 from eagle3kit.draft.config import draft_ttt_steps
 from eagle3kit.verifier import Verifier, load_model
 
@@ -163,7 +163,7 @@ def context_findings(config: Eagle3SpeculatorConfig, verifier: Verifier) -> list
 
 
 def data_findings(folder, config: Eagle3SpeculatorConfig, verifier: Verifier, data) -> list[Finding]:
-    """The draft against the data directory (:class:`~eagle3kit.doctor.data_facts.DataFacts`) it was trained on:
+    """The draft against the data directory (:class:`~eagle3kit.doctor.checks.data_facts.DataFacts`) it was trained on:
     aux layer ids, vocab mapping, verifier."""
     out, ids = [], list(config.eagle_aux_hidden_state_layer_ids or [])
     if ids != data.aux_layer_ids:

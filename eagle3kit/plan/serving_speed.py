@@ -1,6 +1,6 @@
 """Expected speedup of an EAGLE-3 draft served on GPUs, before it is trained: the verifier's and the draft's step times
 from counted bytes and FLOPs at a stated utilisation, plus per-step engine overheads derived from a published vLLM
-measurement. The speedup arithmetic is :mod:`eagle3kit.evaluate.speed`'s (the one the CPU measurement uses).
+measurement. The speedup arithmetic is :mod:`eagle3kit.evaluate.round_speed`'s (the one the CPU measurement uses).
 
 A forward pass that reads ``W`` bytes of weights and ``K`` bytes of KV cache and does ``F`` FLOPs on ``tp`` GPUs
 takes ``max((W + K) / tp / (bandwidth · u_bw), F / tp / (peak · u_flops)) + overhead``:
@@ -10,7 +10,7 @@ takes ``max((W + K) / tp / (bandwidth · u_bw), F / tp / (peak · u_flops)) + ov
 * draft step (one token a sequence): ``W`` = the draft's decoder layer(s) and fc (speculators' trainable
   parameters) and its ``lm_head`` rows, ``K`` and ``F`` likewise with the draft's one layer;
 * overheads (what an engine spends besides reading and computing: launches, scheduling, sampling, the
-  verification's bookkeeping), derived from vllm issue 20780 (:mod:`eagle3kit.plan.speed_published`): a verifier
+  verification's bookkeeping), derived from vllm issue 20780 (:mod:`eagle3kit.plan.published_speedups`): a verifier
   step's from its plain TPOT minus the bandwidth time; a draft step's from how the round time grows with k (least
   squares over k = 2..7) minus the draft's bandwidth time; a round's (rejection, draft inputs) from that line's
   intercept minus a plain step. Those 20780 points fit by construction; :func:`speed_checks` compares the model with
@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 
 from eagle3kit.draft.config import build_config
-from eagle3kit.evaluate import speed
+from eagle3kit.evaluate import round_speed
 from eagle3kit.plan.gpus import GPU, resolve_gpu
 from eagle3kit.plan.shapes import DraftShape, VerifierShape, draft_shape, verifier_shape
-from eagle3kit.plan.speed_published import SpeedPoint, published_points, vllm_20780
+from eagle3kit.plan.published_speedups import SpeedPoint, published_points, vllm_20780
 
 BF16 = 2
 BANDWIDTH_UTILISATION = 0.8  # assumed: of the spec-sheet memory bandwidth, what decoding's weight reads reach
@@ -130,17 +130,18 @@ class SpeedPlan:
 
     @property
     def speedup(self) -> float | None:
-        return None if self.tau is None else speed.speedup(self.tau, self.plain_s, self.verify_s, self.draft_s,
+        return None if self.tau is None else round_speed.speedup(self.tau, self.plain_s, self.verify_s, self.draft_s,
                                                            self.k, self.overheads.round_s)
 
     @property
     def break_even(self) -> float:
-        return speed.break_even_tau(self.plain_s, self.verify_s, self.draft_s, self.k, self.overheads.round_s)
+        return round_speed.break_even_tau(self.plain_s, self.verify_s, self.draft_s, self.k, self.overheads.round_s)
 
     @property
     def best(self) -> float:
         """The speedup if every draft token were accepted (τ = k + 1)."""
-        return speed.speedup(self.k + 1, self.plain_s, self.verify_s, self.draft_s, self.k, self.overheads.round_s)
+        return round_speed.speedup(self.k + 1, self.plain_s, self.verify_s, self.draft_s, self.k,
+                                   self.overheads.round_s)
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(section, item, value, kind) rows in the plan's table."""
@@ -183,7 +184,7 @@ def predict(verifier: str = "llama-3.1-8b", gpu: str = "H100-80GB", batch: int =
     (its verifier overhead is then derived from it instead of vLLM's).
     """
     if acceptance is not None:
-        tau = speed.tau_from_positions(acceptance)
+        tau = round_speed.tau_from_positions(acceptance)
     v, d = shapes(verifier, draft_vocab_size, num_layers)
     hw = Hardware(resolve_gpu(gpu), tp, u_bw, u_flops)
     base = overheads or vllm_overheads()

@@ -1,7 +1,10 @@
-"""The failure catalogue, ``docs/failures.md``: its rows (section, id, cells) and a table for notebooks.
+"""The failure catalogue, :data:`CATALOGUE` (package data, ``failures.md`` beside this module): its rows (section,
+id, cells) and a table for notebooks and ``eagle3kit doctor --catalogue``.
 
 The one parser of that file: ``tests/test_catalogue.py`` ties each row id to the tests marked
 ``@pytest.mark.catalogue("<id>")`` through :func:`catalogue_rows`, and notebook 02 shows :func:`catalogue_frame`.
+The repository's ``docs/failures.md`` is generated from it (``make docs``: ``python -m
+eagle3kit.doctor.catalogue.rows > docs/failures.md``; a test checks the two agree).
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ import pandas as pd
 
 from eagle3kit.errors import UserError
 
-CATALOGUE = Path(__file__).resolve().parents[2] / "docs" / "failures.md"
+CATALOGUE = Path(__file__).with_name("failures.md")
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")  # a literal pipe inside a cell is written \|
 
 
 class CatalogueError(UserError):
-    """docs/failures.md is missing or malformed."""
+    """The catalogue file is missing or malformed."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,8 @@ def catalogue_rows(path: str | os.PathLike = CATALOGUE) -> list[CatalogueRow]:
     """Every table row of the catalogue in file order (header and rule rows skipped); ids are unique."""
     path = Path(path)
     if not path.is_file():
-        raise CatalogueError(f"the failure catalogue {path} is not there: it ships with the eagle3kit checkout "
-                             "(docs/failures.md), so run from a clone of the repository")
+        raise CatalogueError(f"the failure catalogue {path} is not there: the installed eagle3kit ships it as "
+                             "package data; reinstall eagle3kit, or pass the path of a catalogue file")
     rows: list[CatalogueRow] = []
     section, columns, seen = "", [], set()
     for n, line in enumerate(path.read_text().splitlines(), 1):
@@ -69,6 +72,15 @@ def catalogue_rows(path: str | os.PathLike = CATALOGUE) -> list[CatalogueRow]:
     return rows
 
 
+GENERATED = ("<!-- generated from eagle3kit/doctor/catalogue/failures.md (the package's own copy) by `python -m "
+             "eagle3kit.doctor.catalogue.rows > docs/failures.md` (make docs): edit that file, not this one -->\n")
+
+
+def catalogue_markdown(path: str | os.PathLike = CATALOGUE) -> str:
+    """The text of ``docs/failures.md``: the catalogue, under a line saying where it comes from."""
+    return GENERATED + Path(path).read_text()
+
+
 def catalogue_frame(path: str | os.PathLike = CATALOGUE) -> pd.DataFrame:
     """The catalogue as one table: section, id, then the file's columns."""
     rows = catalogue_rows(path)
@@ -88,7 +100,7 @@ def demonstrate(row_id: str, findings: list, run: Callable[[], object] | None = 
     """A catalogue row shown live: its symptom, the doctor's findings of the row's check among ``findings``, and
     what ``run`` (the broken artifact at work) did, an exception caught as its first line."""
     from eagle3kit.doctor.findings import format_findings
-    from eagle3kit.doctor.probe_worker import first_line
+    from eagle3kit.doctor.probe.worker import first_line
 
     row = catalogue_row(row_id)
     mine = [f for f in findings if f.check == row.check]
@@ -100,3 +112,7 @@ def demonstrate(row_id: str, findings: list, run: Callable[[], object] | None = 
         except Exception as exc:  # the demonstration: the real failure, caught and shown
             lines.append(f"running it fails: {first_line(exc)}")
     return "\n".join(lines + [f"fix: {row.cells['fix']}"])
+
+
+if __name__ == "__main__":  # `python -m eagle3kit.doctor.catalogue.rows > docs/failures.md`
+    print(catalogue_markdown(), end="")

@@ -1,5 +1,5 @@
 """Published (τ, speed) measurements of EAGLE-3 drafts, with and without the draft in the same setting: the one home
-of these figures, which :mod:`eagle3kit.plan.speedup` derives its engine overheads from and is checked against.
+of these figures, which :mod:`eagle3kit.plan.serving_speed` derives its engine overheads from and is checked against.
 
 Each point is data with its source (figures read from the thread or page, not copied text). ``draft_steps`` is ``k``
 for chain drafting (vLLM) and ``--speculative-num-steps`` for SGLang's trees; ``verify_tokens`` is ``k + 1`` for a

@@ -2,7 +2,8 @@
 
 ``verifier-weights-nan``: the draft built without ``load_verifier_weights()``; ``block-size-128``: speculators' flex
 path on a batch whose length is not a multiple of 128 (:func:`odd_length`). Each returns
-:func:`~eagle3kit.doctor.catalogue.demonstrate`'s text: the row, the doctor's finding, what running it did, the fix.
+:func:`~eagle3kit.doctor.catalogue.rows.demonstrate`'s text: the row, the doctor's finding, what running it did, the
+fix.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import torch
 from speculators.models.eagle3 import Eagle3DraftModel
 
-from eagle3kit.doctor import probe
-from eagle3kit.doctor.catalogue import demonstrate
-from eagle3kit.doctor.checks import check
-from eagle3kit.doctor.probe_worker import make_batch
-from eagle3kit.doctor.attention_replay import SeedReplay
+from eagle3kit.doctor.catalogue.rows import demonstrate
+from eagle3kit.doctor.catalogue.seed_replay import SeedReplay
+from eagle3kit.doctor.checks.run import check
+from eagle3kit.doctor.probe import matrix as probe
+from eagle3kit.doctor.probe.worker import make_batch
 from eagle3kit.draft.config import with_attention
 from eagle3kit.logs import quiet
 

@@ -1,7 +1,7 @@
 """What the probe's matrix concludes: the recommended backends (and the lines to set), the speed race behind them,
 one cell's row, and notebook 02's settings table (settings x outcomes).
 
-Both read the rows of :func:`eagle3kit.doctor.probe.probe`; nothing is written in advance.
+Both read the rows of :func:`eagle3kit.doctor.probe.matrix.probe`; nothing is written in advance.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
-from eagle3kit.doctor.attention_checks import CONSUMES, SET_ATTN
-from eagle3kit.doctor.checks import check
-from eagle3kit.doctor.facts import attention_facts
-from eagle3kit.doctor.probe import MODES
+from eagle3kit.doctor.checks.attention import CONSUMES, SET_ATTN
+from eagle3kit.doctor.checks.run import check
+from eagle3kit.doctor.checks.facts import attention_facts
+from eagle3kit.doctor.probe.matrix import MODES
 from eagle3kit.draft.config import resolve_attention, with_attention
 
 

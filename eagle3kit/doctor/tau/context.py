@@ -2,7 +2,8 @@
 contexts (:mod:`eagle3kit.evaluate.long_context`) at its training length and at twice it (within the
 verifier's limit), and says so with the two lengths and what to change (:class:`eagle3kit.evaluate.context_curve.Fall`).
 
-The training length comes from the draft's folder (:func:`eagle3kit.doctor.draft_loader.trained_length`: eagle3kit's
+The training length comes from the draft's folder (:func:`eagle3kit.doctor.checks.draft_loader.trained_length`:
+eagle3kit's
 training record, speculators' run.yaml); a folder that records none is not measured.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from eagle3kit.doctor.draft_loader import trained_length
+from eagle3kit.doctor.checks.draft_loader import trained_length
 from eagle3kit.evaluate import context_curve, long_context
 
 PROMPTS = 2  # held-out long contexts at each length

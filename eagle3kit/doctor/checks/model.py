@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from eagle3kit.doctor.facts import DoctorSubject
+from eagle3kit.doctor.checks.facts import DoctorSubject
 from eagle3kit.doctor.findings import Finding
 from eagle3kit.draft.config import resolve_aux_layer_ids
 from eagle3kit.vllm_env import CPU_HEAD_SIZES
