@@ -20,7 +20,8 @@ env: $(STAMP)
 demo: $(STAMP) vllm
 	$(BIN)/eagle3kit run-notebooks --notebooks notebooks --preset demo --out $(OUT)
 
-# -n 2: two pytest workers, whole files each (module fixtures stay shared); tests/conftest.py splits the cores.
+# -n 2: two pytest workers, whole files each (module fixtures stay shared); tests/conftest.py splits the cores and
+# queues the longest files first.
 test: $(STAMP) browser vllm
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 

@@ -16,23 +16,14 @@ from torch.nn.attention.flex_attention import BlockMask
 
 from speculators.models.eagle3 import Eagle3DraftModel
 
-from eagle3kit.data.dataset import build_dataset
+from conftest import SMOLLM2_DATA
 from eagle3kit.draft.config import DraftSpec, with_attention
 from eagle3kit.train import forward as forward_module
 from eagle3kit.train.forward import BLOCK_SPARSE, SPECULATORS, block_sparse_forward, speculators_forward
 from eagle3kit.train.session import TrainSession
 
 REL = 1e-5
-VOCAB = 2048
-
-
-@pytest.fixture(scope="module")
-def smollm2_packs(smollm2, tmp_path_factory):
-    """24 ShareGPT conversations through SmolLM2, cut to 256 tokens: 1024-token packs of 4+ documents."""
-    out = tmp_path_factory.mktemp("smollm2-packs")
-    build_dataset(smollm2, out, n_conversations=24, seq_length=256, held_out=0, draft_vocab_size=VOCAB,
-                  dtype="float32", progress=False)
-    return out
+VOCAB = SMOLLM2_DATA["draft_vocab_size"]
 
 
 def session(data, ttt_steps: int = 3, **draft) -> TrainSession:
@@ -75,8 +66,8 @@ def dense_spread(s: TrainSession, batch) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize(("ttt_steps", "draft"), [(3, {}), (7, {}), (3, {"sliding_window": 96}), (3, {"num_layers": 2}),
                                                   (3, {"draft_arch": "qwen3"})])
-def test_the_block_sparse_forward_equals_speculators_dense_forward(smollm2_packs, ttt_steps, draft):
-    s = session(smollm2_packs, ttt_steps, **draft)
+def test_the_block_sparse_forward_equals_speculators_dense_forward(smollm2_data, ttt_steps, draft):
+    s = session(smollm2_data, ttt_steps, **draft)
     assert s.attention == BLOCK_SPARSE  # the default on a CPU
     s.step()  # trained weights, not the initial ones
     batch = s.peek_batch()
@@ -89,8 +80,8 @@ def test_the_block_sparse_forward_equals_speculators_dense_forward(smollm2_packs
 
 
 @pytest.mark.slow
-def test_a_block_struck_from_the_mask_breaks_the_parity(smollm2_packs, monkeypatch):
-    s = session(smollm2_packs)
+def test_a_block_struck_from_the_mask_breaks_the_parity(smollm2_data, monkeypatch):
+    s = session(smollm2_data)
     batch = s.peek_batch()
     healthy = forward_module.eagle_block_mask
 
@@ -109,11 +100,11 @@ def test_a_block_struck_from_the_mask_breaks_the_parity(smollm2_packs, monkeypat
 
 
 @pytest.mark.slow
-def test_the_speculators_path_is_kept_by_name_and_the_config_never_names_block_sparse(smollm2_packs, tmp_path):
-    dense = TrainSession(smollm2_packs, DraftSpec(verifier="smollm2", draft_vocab_size=VOCAB, device="cpu"),
+def test_the_speculators_path_is_kept_by_name_and_the_config_never_names_block_sparse(smollm2_data, tmp_path):
+    dense = TrainSession(smollm2_data, DraftSpec(verifier="smollm2", draft_vocab_size=VOCAB, device="cpu"),
                          progress=False, total_seq_len=1024, attention=SPECULATORS, max_steps=4)
     assert dense.forward is speculators_forward
-    fast = session(smollm2_packs)
+    fast = session(smollm2_data)
     fast.step()
     assert fast.model.config.transformer_layer_config._attn_implementation == "sdpa"  # noqa: SLF001
     exported = fast.export(tmp_path / "draft")

@@ -18,6 +18,7 @@ import pytest
 from eagle3kit.cli import main
 from eagle3kit import vllm_env
 from eagle3kit.evaluate.vllm import serve
+from conftest import SMOLLM2_DATA
 from vllm_served import scrape_spec_metrics, served
 
 try:
@@ -68,16 +69,15 @@ def untrained(smollm2, tmp_path_factory):
 
 # ----------------------------------------------------------------------------------------------- in vLLM
 @vllm_test
-def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys, monkeypatch):
-    """A tiny-budget draft trained by speculators' own trainer (`eagle3kit rehearse`: SmolLM2, 24 conversations,
-    2048-token draft vocab, warm start, 5 epochs of 11 steps) on the YAML `eagle3kit launch` wrote: TrainSession on the
-    same run ends with the same weights (its bf16 export is speculators' checkpoint, tensor for tensor) and so the same
-    τ; the doctor calls the checkpoint sound; vLLM accepts some of its tokens, its τ is close to eagle3kit's own decode
-    loop on the same prompts, the output is unchanged. vLLM runs once, through `eagle3kit vllm-check` as a user types
-    it (its --json gives the raw check to the assertions below)."""
+def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, smollm2_data, tmp_path, capsys, monkeypatch):
+    """A tiny-budget draft trained by speculators' own trainer (`eagle3kit rehearse`: SmolLM2, the shared
+    ``smollm2_data``'s 24 conversations, 2048-token draft vocab, warm start, 5 epochs of 11 steps) on the YAML
+    `eagle3kit launch` wrote: TrainSession on the same run ends with the same weights (its bf16 export is speculators'
+    checkpoint, tensor for tensor) and so the same τ; the doctor calls the checkpoint sound; vLLM accepts some of its
+    tokens, its τ is close to eagle3kit's own decode loop on the same prompts, the output is unchanged. vLLM runs once,
+    through `eagle3kit vllm-check` as a user types it (its --json gives the raw check to the assertions below)."""
     import torch
 
-    from eagle3kit.data.dataset import build_dataset
     from eagle3kit.data.loader import held_out_conversations
     from eagle3kit.evaluate import benchmarks
     from eagle3kit.evaluate import round_speed
@@ -88,9 +88,8 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, tmp_path, capsys, mon
     from eagle3kit.train.rehearsal.run import rehearse
     from eagle3kit.verifier import load_model, load_tokenizer
 
-    data = tmp_path / "data"
-    build_dataset("smollm2", data, n_conversations=24, seq_length=256, held_out=N_PROMPTS,
-                  draft_vocab_size=2048, progress=False)
+    data = smollm2_data  # its held-out conversations are the first N_PROMPTS prompts below
+    assert SMOLLM2_DATA["held_out"] == N_PROMPTS
     assert main(["launch", "--data", data, "--out", tmp_path / "launch", "--gpus", 1, "--total-seq-len", 512,
                  "--lr", 2e-3, "--epochs", EPOCHS, "--warmup-steps", 0, "--warm-start-layer", -1, "--attn", "sdpa",
                  "--loss-implementation", "eager", "--hidden-states-dtype", "float32"]) == 0
