@@ -415,7 +415,7 @@ def main() -> int:
                "failed": {r.name: failures[r.name] for r in chosen if r.name in failures}}
     for key, chosen in (("demo", args.demo), ("full", args.full)):
         if chosen:
-            context[key] = demo_view(chosen, args.budget, rows + frontier)
+            context[key] = demo_view(chosen, args.budget, rows + checks + frontier, args.scale_data)
     raw = json.loads(RAW.read_text()) if RAW.exists() else {}
     round1 = raw.get("round1") or {k: raw[k] for k in ("context", "rows", "frontier") if k in raw}
     RAW.write_text(json.dumps({"round1": round1, "context": context, "rows": rows, "checks": checks,
@@ -504,12 +504,13 @@ def scaled(r: Recipe, factor: float) -> Recipe:
                                data=dataclasses.replace(r.data, n_conversations=n))
 
 
-def demo_view(demo: str, budget: float, results: list[dict]) -> dict:
-    """The demo's recipe (``NAME`` or ``NAME@MINUTES``, the latter a --scale-data frontier point) in the presets'
-    words, with the steps the lab trained it (``max_steps``) when it ran."""
+def demo_view(demo: str, budget: float, results: list[dict], scale_data: bool = False) -> dict:
+    """The demo's recipe (``NAME`` or ``NAME@MINUTES``: a check or frontier point, its data scaled with the budget when
+    the frontier was run with --scale-data) in the presets' words, with the steps the lab trained it (``max_steps``)
+    when it ran."""
     name, _, at = demo.partition("@")
     r = combine(name)
-    if at:
+    if at and scale_data:
         r = scaled(r, float(at) / budget)
     view = preset_view(r)
     ran = [x for x in results if x["name"] == r.name and (not at or x["budget"] == float(at))]

@@ -48,11 +48,12 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"total_seq_len": 384, "max_steps": 40, "warm_start_layer": -1,
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                "rehearse_ranks": 2, "rehearse_steps": 3, "tau_every": 2},
-        # demo training budget, shared with 06 (which resumes this session): 28 steps here + 28 in 06 = the 56 steps
-        # of the lab's point, 1024 tokens a step, bf16 autocast where the CPU has it ("native"), from the verifier's
-        # last layer (eagle3kit.draft.warm_start), at TrainSettings' lr; measured step times: docs/demo.md.
-        "demo": {"max_steps": 56, "warm_start_layer": -1, "hidden_states_dtype": "native",
-                 "first_steps": 3, "run_steps": 25, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
+        # demo training budget, shared with 06 (which resumes this session): 3 + 118 steps here + 120 in 06 = the
+        # steps the recipe lab trained its `less-data` row (bench/recipe.py --demo), 1024 tokens a step, bf16 autocast
+        # where the CPU has it ("native"), from the verifier's last layer (eagle3kit.draft.warm_start), at
+        # TrainSettings' lr; what it measured: docs/demo.md.
+        "demo": {"max_steps": 241, "warm_start_layer": -1, "hidden_states_dtype": "native",
+                 "first_steps": 3, "run_steps": 118, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                  "rehearse_ranks": 2, "rehearse_steps": 3},
     },
     "06": {
@@ -62,7 +63,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         # the 16 held-out prompts and MT-bench's 80 first turns (vLLM's per-request counters; simulating the 80 too is
         # left to `eagle3kit evaluate --bench mt-bench`, its cost in docs/demo.md); the decode loop, one prompt at a
         # time, proves the output unchanged on one prompt (vLLM on all of them).
-        "demo": {"resume_from_05": True, "train_steps": 28, "n_prompts": 16, "n_decode_prompts": 1,
+        "demo": {"resume_from_05": True, "train_steps": 120, "n_prompts": 16, "n_decode_prompts": 1,
                  "max_new_tokens": 64, "bench_simulated": False,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
     },
