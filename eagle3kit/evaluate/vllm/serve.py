@@ -171,7 +171,8 @@ def check_sets(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | N
     draft, verifier, k = check_inputs(draft_dir, verifier_dir, k)
     prompts = [p for group in sets.values() for p in group]
     if not sets or not all(sets.values()) or not all(p and all(isinstance(t, int) for t in p) for p in prompts):
-        raise VllmInputError("prompts_token_ids must be a non-empty list of non-empty lists of token ids.")
+        raise VllmInputError("Each prompt set must be a non-empty list of non-empty lists of token ids "
+                             f"(sets: {', '.join(f'{n!r}: {len(g)}' for n, g in sets.items()) or 'none'}).")
     python = vllm_python(venv)
     with tempfile.TemporaryDirectory(prefix="eagle3kit-vllm-") as tmp:
         spec = {"verifier": str(verifier.resolve()), "draft": str(draft.resolve()), "k": k,
