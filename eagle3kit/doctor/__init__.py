@@ -19,6 +19,7 @@
 ``facts``             what a draft config, build or model says about attention (set value, resolution, mask kind)
 ``probe``             the measured backend matrix, each cell in a subprocess
 ``probe_worker``      what runs in that subprocess: one cell built, run and timed
+``probe_cache``       cells measured once, read back when asked again with the same setting (the key, honestly)
 ``attention_replay``  the seed's attention failure replayed step by step, the doctor's prediction beside each (02)
 ``live``              catalogue rows broken live on the seed replay's draft: forgotten verifier weights, an odd length
 ``verdict``           what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, ``settings_table``,
