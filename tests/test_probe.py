@@ -151,6 +151,14 @@ def test_cached_cells_are_read_back_and_a_changed_setting_runs_again(tmp_path):
     assert not probe.run_cells([probe.Cell("eager", "forward", 128, 3, 1)], "tiny", "cpu", progress=False,
                                cache_dir=cache)[0].get("cached")  # another repeat count
 
+    broken = Path(shutil.copytree(resolve("tiny").path, tmp_path / "tiny-broken"))
+    for weights in broken.glob("*.safetensors"):  # the worker cannot build its draft: no cell is measured
+        weights.write_bytes(weights.read_bytes()[:64])
+    for _ in range(2):
+        failed = probe.run_cells(replay[:1], str(broken), "cpu", progress=False, cache_dir=cache)
+        assert failed[0]["status"] == "error" and "before the first cell" in failed[0]["error"]
+        assert not failed[0].get("cached")  # never kept: the second call starts a worker again
+
     copy = Path(shutil.copytree(resolve("tiny").path, tmp_path / "tiny-copy"))
     first_copy = probe.run_cells(replay[:1], str(copy), "cpu", progress=False, cache_dir=cache)
     assert not first_copy[0].get("cached")

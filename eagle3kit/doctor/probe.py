@@ -135,8 +135,8 @@ def _run(cells, spec, workdir: Path, timeout_s, startup_timeout_s, isolate_each,
                 raise
         if outcome is not None:  # the worker died or hung: a row for the cell in flight, or for all if at startup
             index, row = outcome
-            if index is None:
-                row["error"] = f"{row['error']}: {_tail(log_path)}"
+            if index is None:  # no cell ran: the worker's failure, not a measurement of these cells (never cached)
+                row["error"], row["measured"] = f"{row['error']}: {_tail(log_path)}", False
                 for i in [r for r in run if r not in results]:
                     results[i] = dict(row)
                     bar.update(1)

@@ -5,7 +5,8 @@ reference); with a cache folder, the matrix reads them back instead of starting 
 holds everything its result depends on: the cell (backend, mode, length, TTT steps, repeats), its time limit, the
 verifier (its path, ``config.json`` and weight files' sizes and times), the device, seed, threads, draft vocab and the
 TTT steps the worker builds with, the versions of python, torch, transformers and speculators, and a digest of
-eagle3kit's own source. Change any of them and the cell runs again. A ``timeout`` is never kept (it depends on load).
+eagle3kit's own source. Change any of them and the cell runs again. A ``timeout`` is never kept (it depends on load),
+nor the rows of a worker that failed before its first cell (its environment's failure, not the cell's).
 """
 
 from __future__ import annotations
@@ -74,6 +75,6 @@ class ProbeCache:
             return None
 
     def put(self, cell_key: str, result: dict) -> None:
-        if result.get("status") in KEPT:
+        if result.get("status") in KEPT and result.get("measured", True):  # not a worker that never started
             self.directory.mkdir(parents=True, exist_ok=True)
             write_text(self.directory / f"{cell_key}.json", json.dumps(result))
