@@ -114,7 +114,9 @@ if gpu is not None:
 # status here instead of a dead kernel.
 
 # %%
-twist = replay.hf_flex(timeout_s=probe_timeout, draft_vocab_size=draft_vocab_size or None)
+probe_cache = workdir / "probe_cache_02"  # cells measured once: the matrix below reads this step's two back
+twist = replay.hf_flex(timeout_s=probe_timeout, draft_vocab_size=draft_vocab_size or None, repeats=repeats,
+                       cache_dir=probe_cache)
 print(twist.render())
 
 # %%
@@ -134,7 +136,9 @@ seed_replay.table(steps)
 # %%
 matrix = probe.probe(verifier=verifier, device=device, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed,
                      timeout_s=probe_timeout, extra_cells=live.extra_cells(seq_len, ttt_steps), repeats=repeats,
-                     draft_vocab_size=draft_vocab_size or None)
+                     draft_vocab_size=draft_vocab_size or None, cache_dir=probe_cache)
+print(f"{matrix.attrs['cached']} of {len(matrix)} cells read back from step 4's run of the same cell and setting "
+      "(eagle3kit.doctor.probe.cache)")
 matrix.drop(columns=["loss"])
 
 # %%

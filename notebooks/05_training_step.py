@@ -63,7 +63,7 @@ from eagle3kit.logs import quiet
 from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, setup, training_data
 from eagle3kit.runner import record_summary
 from eagle3kit.train import launch
-from eagle3kit.train.checkpoint import CheckpointError, resume_matches
+from eagle3kit.train.checkpoint import CheckpointError, resume_matches, saved_step
 from eagle3kit.train.overfit import overfit, plot_overfit
 from eagle3kit.train.plots import plot_metrics, plot_step
 from eagle3kit.train.session import TrainingDiverged, TrainSession, metric_columns
@@ -184,7 +184,7 @@ try:
     resumed.run(2, checkpoint_dir=workdir / CHECKPOINT_05)
 except TrainingDiverged as exc:
     print("stopped:", exc)
-print("checkpoint still at step", TrainSession.resume(checkpoint, progress=False).global_step)
+print("checkpoint still at step", saved_step(checkpoint))
 
 # %% [markdown]
 # ## Export

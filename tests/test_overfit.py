@@ -29,6 +29,36 @@ def test_the_conversation_is_the_verifiers_own_reply(trained):
     assert [t["role"] for t in turns][-2:] == ["user", "assistant"] and turns[-1]["content"].strip()
 
 
+def test_the_check_loads_the_verifier_once_and_generates_its_reply_once(tiny_verifier, tmp_path, monkeypatch):
+    """The one conversation's hidden states come from the verifier the check already loaded, and the reply it decodes
+    is the one it wrote (greedy, the same model and prompt: generated once). A verifier in another dtype is loaded."""
+    import torch
+
+    from eagle3kit.data import hidden_states
+    from eagle3kit.data.dataset import build_dataset
+    from eagle3kit.train import overfit as check
+    from eagle3kit.verifier import load_model
+
+    calls = {"load_model": 0, "greedy_generate": 0}
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, call)
+
+    counted(check, "load_model"), counted(hidden_states, "load_model"), counted(check, "greedy_generate")
+    result = overfit("tiny", tmp_path / "one", steps=2, k=3, reply_tokens=16, progress=False, warm_start_layer=None)
+    assert calls == {"load_model": 1, "greedy_generate": 1} and 0 < result.reply_tokens <= 16
+    bf16 = load_model(tiny_verifier, dtype="bfloat16")
+    build_dataset("tiny", tmp_path / "again", n_conversations=1, seq_length=128, held_out=0,
+                  source=tmp_path / "one" / CONVERSATION, progress=False, dtype="float32", verifier_model=bf16)
+    assert calls["load_model"] == 2 and next(bf16.parameters()).dtype == torch.bfloat16  # float32 was asked for
+
+
 def test_a_draft_that_did_not_learn_fails_with_the_wiring_message(tiny_verifier, tmp_path):
     result = overfit("tiny", tmp_path, steps=1, lr=1e-7, reply_tokens=24, progress=False, warm_start_layer=None)
     assert not result.passed and result.tau < 2.0

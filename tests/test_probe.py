@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -111,3 +112,57 @@ def test_probe_on_cuda_trains_with_simple_flex_and_matches_eager():
     train, forward = (_row(matrix, "sdpa", mode, 256).peak_bytes for mode in ("forward+backward", "forward"))
     assert train > forward > 0  # the step's own peak: gradients and saved activations only with backward
     assert recommend(matrix, training=True) in ("eager", "sdpa", "simple_flex_attention")
+
+
+# ----------------------------------------------------------------------------------------------- cache
+def test_cached_cells_are_read_back_and_a_changed_setting_runs_again(tmp_path):
+    """Notebook 02's replay runs two of the matrix's cells first: with a cache folder the matrix reads them back (the
+    crash included) and the rows it derives from them (Δ loss, token agreement) are those of a fresh run; a timeout
+    is not kept, and another seed, repeat count or verifier file runs the cell again."""
+    import shutil
+
+    from eagle3kit.verifier import resolve
+
+    cache = tmp_path / "cache"
+    replay = [probe.Cell(b, "forward", 128, 3, 2) for b in ("eager", "flex_attention")]
+    first = probe.run_cells(replay, "tiny", "cpu", progress=False, cache_dir=cache)
+    assert not any(r.get("cached") for r in first.values()) and len(list(cache.glob("*.json"))) == 2
+    matrix = probe.probe("tiny", "cpu", backends=("eager", "sdpa", "flex_attention"), modes=("forward",),
+                         seq_len=128, repeats=2, progress=False, cache_dir=cache)
+    fresh = probe.probe("tiny", "cpu", backends=("eager", "sdpa", "flex_attention"), modes=("forward",),
+                        seq_len=128, repeats=2, progress=False)
+    assert matrix.attrs["cached"] == 2 and fresh.attrs["cached"] == 0
+    assert matrix.status.tolist() == fresh.status.tolist()
+    assert matrix.loss.tolist()[:2] == fresh.loss.tolist()[:2]  # eager (read back) and sdpa (ran): same weights
+    assert _row(matrix, "sdpa", "forward").token_agreement == 1.0
+    assert _row(matrix, "eager", "forward").seconds == first[0]["seconds"]  # the replay's measurement
+
+    again = probe.run_cells(replay, "tiny", "cpu", progress=False, cache_dir=cache)
+    assert all(r.get("cached") for r in again.values())
+    for changed in (dict(seed=1), dict(timeout_s=0.05)):
+        rerun = probe.run_cells(replay[:1], "tiny", "cpu", progress=False, cache_dir=cache, **changed)
+        assert not rerun[0].get("cached"), changed
+    timed_out = probe.run_cells([probe.Cell("eager", "forward+backward", 2048, 3)], "tiny", "cpu", timeout_s=0.05,
+                                progress=False, cache_dir=cache)
+    assert timed_out[0]["status"] == "timeout"
+    after = probe.run_cells([probe.Cell("eager", "forward+backward", 2048, 3)], "tiny", "cpu", timeout_s=0.05,
+                            progress=False, cache_dir=cache)
+    assert not after[0].get("cached")  # a timeout is measured again
+    assert not probe.run_cells([probe.Cell("eager", "forward", 128, 3, 1)], "tiny", "cpu", progress=False,
+                               cache_dir=cache)[0].get("cached")  # another repeat count
+
+    broken = Path(shutil.copytree(resolve("tiny").path, tmp_path / "tiny-broken"))
+    for weights in broken.glob("*.safetensors"):  # the worker cannot build its draft: no cell is measured
+        weights.write_bytes(weights.read_bytes()[:64])
+    for _ in range(2):
+        failed = probe.run_cells(replay[:1], str(broken), "cpu", progress=False, cache_dir=cache)
+        assert failed[0]["status"] == "error" and "before the first cell" in failed[0]["error"]
+        assert not failed[0].get("cached")  # never kept: the second call starts a worker again
+
+    copy = Path(shutil.copytree(resolve("tiny").path, tmp_path / "tiny-copy"))
+    first_copy = probe.run_cells(replay[:1], str(copy), "cpu", progress=False, cache_dir=cache)
+    assert not first_copy[0].get("cached")
+    assert probe.run_cells(replay[:1], str(copy), "cpu", progress=False, cache_dir=cache)[0].get("cached")
+    weights = next(copy.glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # the weights rewritten
+    assert not probe.run_cells(replay[:1], str(copy), "cpu", progress=False, cache_dir=cache)[0].get("cached")

@@ -129,15 +129,19 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, smollm2_data, tmp_pat
     check = serve.VllmCheck(**raw["vllm"])
     assert check.tau > 1.0 and check.accepted > 0
     assert check.lossless == n
-    # vLLM's per-request acceptance sums to its own aggregate counters, and each set's table is made of it
-    whole = check.subset(0, n)
-    assert (whole.drafts, whole.accepted, whole.accepted_per_pos) == (check.drafts, check.accepted,
-                                                                       check.accepted_per_pos)
+    # both sets in one start of each engine: the worker's per-set counters (from vLLM's per-request acceptance) sum
+    # to vLLM's own aggregate counters, and each set's table is made of that set's requests
+    per_set = raw["vllm_sets"]
+    assert list(per_set) == ["held-out", "mt-bench"] and all(c["drafts"] > 0 for c in per_set.values())
+    assert [sum(c[f] for c in per_set.values()) for f in ("drafts", "accepted")] == [check.drafts, check.accepted]
+    assert [sum(c["accepted_per_pos"][i] for c in per_set.values()) for i in range(K)] == check.accepted_per_pos
     for name, (start, end) in (("held-out", (0, N_PROMPTS)), ("mt-bench", (N_PROMPTS, n))):
         assert f"{name}: τ per category" in out and f"lossless in vLLM: {end - start}/{end - start}" in out
         records = raw["sets"][name]["records"]["vLLM"]
         assert [[r["rounds"], r["accepted"]] for r in records] == [
             [sum(h), sum(j * c for j, c in enumerate(h))] for h in check.histograms[start:end]]
+        assert sum(r["rounds"] for r in records) == per_set[name]["drafts"]
+        assert sum(r["accepted"] for r in records) == per_set[name]["accepted"]
     assert [r["category"] for r in raw["sets"]["mt-bench"]["records"]["vLLM"]] == [p.category for p in mt_bench]
 
     model, draft = load_model(smollm2), reload(draft_dir)
@@ -265,3 +269,22 @@ def test_install_is_idempotent_once_marked(tmp_path):
     t0 = time.perf_counter()
     assert vllm_env.install_vllm_env(tmp_path) == tmp_path
     assert time.perf_counter() - t0 < 1.0 and not (tmp_path / "bin").exists()
+
+
+def test_each_sets_counters_are_summed_from_its_requests_histograms():
+    """The worker's per-set counters (vLLM's per-request histograms: h[j] = rounds with j draft tokens accepted)."""
+    from eagle3kit.evaluate.vllm import worker
+
+    counters = worker.set_counters([[1, 2, 0, 1], [3, 0, 0, 0]], 3)
+    assert counters == {"drafts": 7, "draft_tokens": 21, "accepted": 5, "accepted_per_pos": [3, 1, 1]}
+    assert worker.set_counters([], 3) == {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_pos": [0] * 3}
+    assert list(worker.named_sets({"sets": {"b": [[1]], "a": [[2]]}})) == ["b", "a"]  # in the order given
+    assert worker.named_sets({"prompts": [[1]]}) == {"all": [[1]]}
+
+
+def test_an_empty_prompt_set_is_refused_before_vllm_starts(smollm2, tmp_path):
+    from eagle3kit.draft.config import build_config, save_config
+
+    draft = save_config(build_config(verifier="smollm2", ttt_steps=2, device="cpu"), tmp_path / "draft")
+    with pytest.raises(serve.VllmInputError, match="non-empty"):
+        serve.check_sets(draft, None, {"held-out": [[1, 2]], "mt-bench": []})

@@ -57,26 +57,29 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
         prompts = [torch.tensor([ids]) for ids in sum(rendered.values(), [])]
     else:
         prompts = prompts_of(args, sources, tok)
-    try:
-        check = serve.check_draft(draft, verifier, [p[0].tolist() for p in prompts], args.max_new_tokens, k,
-                                  args.timeout)
+        rendered = {"all": [p[0].tolist() for p in prompts]}
+    try:  # every set in one batch: one start of each engine
+        check, parts = serve.check_sets(draft, verifier, rendered, args.max_new_tokens, k, args.timeout)
     except VllmError as exc:  # vLLM failed to start or run: the message ends with its log's tail
         print(f"eagle3kit: {exc}", file=sys.stderr)
         return 1
     print(format_table(check.table()))
     conts = ev.continuations(model, prompts, args.max_new_tokens, tok.eos_token_id, progress=False)
-    parts = ev.simulate_each(model, reload(draft), prompts, conts, k, progress=False)
+    sim_parts = ev.simulate_each(model, reload(draft), prompts, conts, k, progress=False)
     print("\nThe same prompts and lengths, eagle3kit beside vLLM:")
-    print(format_table(comparison_table(check, ev.merge(parts), None, conts).reset_index(names="measure")))
+    print(format_table(comparison_table(check, ev.merge(sim_parts), None, conts).reset_index(names="measure")))
     print("\nSpeed, with the draft beside without it (measured the same way):")
     print(format_table(speed_rows(check, None, args.max_new_tokens)))
     print(f"\n{len(prompts)} prompts, {args.max_new_tokens} greedy tokens each, k = {k}")
     if sets is not None:
-        results = _vllm_bench_tables(args, sets, check, parts, k, verifier)
+        results = _vllm_bench_tables(args, sets, parts, sim_parts, k, verifier)
         if args.json_path:
             from eagle3kit.evaluate.scores import write_sets
 
-            write_sets(args.json_path, results, bench_settings(args, k, verifier), vllm=dataclasses.asdict(check))
+            counters = {name: {f: getattr(c, f) for f in ("drafts", "accepted", "accepted_per_pos")}
+                        for name, c in parts.items()}  # each set's, from vLLM's per-request metrics
+            write_sets(args.json_path, results, bench_settings(args, k, verifier), vllm=dataclasses.asdict(check),
+                       vllm_sets=counters)
     elif args.json_path:
         write_text(args.json_path, json.dumps(dataclasses.asdict(check)))
     print(f"\nServe the draft (`vllm` is in {python.parent}):\n  {vllm_commands(draft, k, verifier)['long']}")
@@ -87,19 +90,19 @@ def cmd_vllm_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _vllm_bench_tables(args: argparse.Namespace, sets: dict, check, parts: list, k: int, verifier) -> dict:
-    """Per set: the simulated records beside vLLM's per-request ones, printed as one table with lossless stated."""
+def _vllm_bench_tables(args: argparse.Namespace, sets: dict, checks: dict, parts: list, k: int, verifier) -> dict:
+    """Per set: the simulated records beside vLLM's per-request ones, printed as one table with lossless stated
+    (``checks``: vLLM's check of each set, :func:`eagle3kit.evaluate.vllm.serve.check_sets`)."""
     from eagle3kit.evaluate import scores
 
     results, start = {}, 0
     for name, prompts in sets.items():
-        end = start + len(prompts)
-        same = sum(a == b for a, b in zip(check.outputs_draft[start:end], check.outputs_plain[start:end],
-                                          strict=True))
+        end, check = start + len(prompts), checks[name]
         by_engine = {"simulated": scores.from_simulation(prompts, parts[start:end]),
-                     "vLLM": scores.from_vllm(prompts, check.histograms[start:end])}
+                     "vLLM": scores.from_vllm(prompts, check.histograms)}
         print_scores(name, scores.score_table(by_engine), k, args, verifier)
-        print(f"lossless in vLLM: {same}/{len(prompts)} prompts gave the same tokens with and without the draft")
+        print(f"lossless in vLLM: {check.lossless}/{len(prompts)} prompts gave the same tokens with and without the "
+              "draft")
         results[name] = by_engine
         start = end
     return results

@@ -197,12 +197,14 @@ def build_dataset(
     aux_layer_ids: list[int] | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    verifier_model=None,
 ) -> DatasetInfo:
     """Conversations -> verifier hidden states -> speculators' data directory (resumable; see the module doc).
 
     ``n_conversations`` None: every usable conversation of the source (after ``held_out``). ``dtype`` ``"auto"``:
     bfloat16 on CUDA, float32 on a CPU (:func:`eagle3kit.device.resolve_dtype`). The verifier runs whole on one
-    ``device``."""
+    ``device``. ``verifier_model``: the verifier already loaded, used instead of loading it again when it is in that
+    dtype on that device."""
     validate.check_all({"dtype": dtype, "seq_length": seq_length, "held_out": held_out, "batch_size": batch_size,
                         "draft_vocab_size": draft_vocab_size})
     if n_conversations is not None:  # None: all
@@ -221,7 +223,7 @@ def build_dataset(
         manifest = Manifest(verifier=verifier_identity(v), aux_layer_ids=aux, request=request,
                             counts=_tokenize(v, request, data, progress))
         manifest.write(data.path)
-    extraction = _extract(v, data, manifest, aux, dtype, device, batch_size, progress)
+    extraction = _extract(v, data, manifest, aux, dtype, device, batch_size, progress, verifier_model)
     coverage = _map_vocab(data, manifest, draft_vocab_size, v.text_config.vocab_size)
     manifest.complete = True
     manifest.write(data.path)
@@ -229,11 +231,11 @@ def build_dataset(
 
 
 def _extract(v: Verifier, data: DataDir, manifest: Manifest, aux: list[int], dtype: str, device: str, batch_size: int,
-             progress: bool) -> dict:
+             progress: bool, model=None) -> dict:
     """Every row's hidden states (resumable: finished files are kept, bad ones made again); a run that wrote files
     records its speed in ``manifest``. Returns the files written, skipped and remade (with why), and the speed."""
     state, stats = hs.fill(v, data.hidden_states_dir, input_id_rows(data.path), aux, dtype, device, batch_size,
-                           progress)
+                           progress, model)
     if stats["written"]:
         manifest.extraction = {"tokens_per_s": round(stats["tokens_per_s"], 1), "device": device,
                                "batch_size": batch_size, "seconds": round(stats["seconds"], 2)}

@@ -207,9 +207,10 @@ def extract_to_files(
 
 
 def fill(verifier, hs_dir: Path, samples: Sequence[list[int]], aux: list[int], dtype: str, device: str,
-         batch_size: int, progress: bool) -> tuple[dict, dict]:
+         batch_size: int, progress: bool, model=None) -> tuple[dict, dict]:
     """Make every missing or bad ``hs_{i}.safetensors`` of ``samples`` (partial writes removed, the disk checked for
-    room before the verifier loads); ``(scan state, extraction stats)``."""
+    room before the verifier loads); ``(scan state, extraction stats)``. ``model``: the verifier already loaded,
+    used when it is in ``dtype`` on ``device``."""
     v = resolve(verifier)
     hidden = v.text_config.hidden_size
     remove_partial(hs_dir)
@@ -221,7 +222,9 @@ def fill(verifier, hs_dir: Path, samples: Sequence[list[int]], aux: list[int], d
         width = getattr(torch, dtype).itemsize
         check_output(Path(hs_dir).parent, "out_dir", need_bytes=sum(
             sample_file_bytes(len(samples[i]), hidden, len(aux) + 1, width) for i in state["missing"]))
-        model = load_model(v, dtype=dtype, device=device)
+        weight = next(model.parameters()) if model is not None else None
+        if weight is None or weight.dtype != getattr(torch, dtype) or weight.device.type != torch.device(device).type:
+            model = load_model(v, dtype=dtype, device=device)  # none given, or not in this dtype on this device
         stats = extract_to_files(model, samples, hs_dir, aux, set(state["missing"]), batch_size,
                                  getattr(torch, dtype), device, progress)
     return state, stats

@@ -146,6 +146,11 @@ def _canon(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
+def saved_step(directory: str | os.PathLike) -> int:
+    """The global step a checkpoint holds, read from its state file alone (no session is built)."""
+    return int(torch.load(Path(directory) / STATE_FILE, weights_only=True)["global_step"])
+
+
 def load_training_state(
     directory: str | os.PathLike,
     model: torch.nn.Module,

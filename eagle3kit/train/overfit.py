@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from matplotlib.figure import Figure
 
 from eagle3kit.data import conversations as conv
@@ -104,6 +105,14 @@ def one_conversation(verifier, out_dir: str | os.PathLike, reply_tokens: int = 6
 
     The reply is the verifier's own, so that decoding the prompt later walks through exactly the trained tokens.
     """
+    return _one_conversation(verifier, out_dir, reply_tokens, max_prompt_tokens, seed, source, draft_vocab_size,
+                             verifier_model)[0]
+
+
+def _one_conversation(verifier, out_dir, reply_tokens, max_prompt_tokens, seed, source, draft_vocab_size,
+                      verifier_model) -> tuple[Path, torch.Tensor, list[int]]:
+    """:func:`one_conversation`, and the prompt's token ids and the greedy reply's (the overfit check decodes them:
+    generated once)."""
     v = resolve(verifier)
     out = Path(out_dir)
     tokenizer = load_tokenizer(v)
@@ -121,8 +130,9 @@ def one_conversation(verifier, out_dir: str | os.PathLike, reply_tokens: int = 6
     conv.write_jsonl(out / CONVERSATION, [[*turns, {"role": "assistant", "content": text}]])
     length = prompt.shape[1] + reply_tokens + 16  # the reply re-tokenized, plus the end-of-turn marker
     build_dataset(v, out / "data", n_conversations=1, seq_length=length, seed=seed, held_out=0,
-                  source=out / CONVERSATION, draft_vocab_size=draft_vocab_size, progress=False, overwrite=True)
-    return out / "data"
+                  source=out / CONVERSATION, draft_vocab_size=draft_vocab_size, progress=False, overwrite=True,
+                  verifier_model=model)
+    return out / "data", prompt, reply
 
 
 def overfit(verifier="smollm2", out_dir: str | os.PathLike = "overfit", steps: int = 40, k: int = 3,
@@ -143,7 +153,8 @@ def overfit(verifier="smollm2", out_dir: str | os.PathLike = "overfit", steps: i
     with quiet():
         model = load_model(v)
     vocab = min(draft_vocab_size, v.text_config.vocab_size) if draft_vocab_size else None
-    data = DataDir(one_conversation(v, out_dir, reply_tokens, max_prompt_tokens, seed, source, vocab, model))
+    made, prompt, reply = _one_conversation(v, out_dir, reply_tokens, max_prompt_tokens, seed, source, vocab, model)
+    data = DataDir(made)
     if prepare is not None:
         prepare(data)
     packed = round_up_to_block(data.seq_length + 1)
@@ -153,9 +164,6 @@ def overfit(verifier="smollm2", out_dir: str | os.PathLike = "overfit", steps: i
                            scheduler_type="none", warm_start_layer=warm_start_layer)
     records = session.run(steps)
     draft = session.model.eval()
-    turns = conv.read_jsonl(Path(out_dir) / CONVERSATION)[0]
-    prompt = chat_prompts(tokenizer, [turns[:-1]], 1, max_prompt_tokens)[0]
-    reply = greedy_generate(model, prompt, reply_tokens, tokenizer.eos_token_id)
     decoded = speculative_generate(model, draft, prompt, len(reply), k, tokenizer.eos_token_id)
     last = records[-1]
     return OverfitResult(

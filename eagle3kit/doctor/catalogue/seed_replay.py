@@ -14,6 +14,7 @@ compares with eager attention. Nothing is written in advance: statuses, errors a
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -207,16 +208,19 @@ class SeedReplay:
                         'config.transformer_layer_config._attn_implementation = "simple_flex_attention"',
                         status="skipped", outcome="no CUDA on this machine")
 
-    def hf_flex(self, timeout_s: float = 120, draft_vocab_size: int | None = None) -> SeedStep:
+    def hf_flex(self, timeout_s: float = 120, draft_vocab_size: int | None = None, repeats: int = 1,
+                cache_dir: str | os.PathLike | None = None) -> SeedStep:
         """4 · the 0.9.0 twist: transformers' "flex_attention" gets a dense mask; run in the probe's subprocess
-        (``draft_vocab_size``: the probe's cheaper draft over the first N ids; the crash does not depend on it)."""
+        (``draft_vocab_size``: the probe's cheaper draft over the first N ids; the crash does not depend on it).
+        ``repeats`` and ``cache_dir`` as the matrix's (:func:`probe.probe`): its two cells are then the matrix's own,
+        kept there for it to read back."""
         config = with_attention(self.config, "flex_attention")
         step = SeedStep("4 · the 0.9.0 twist: transformers' 'flex_attention' (the old fix)",
                         'config.transformer_layer_config._attn_implementation = "flex_attention"',
                         self._doctor(config, training=False))
-        cells = [probe.Cell(b, "forward", self.seq_len, self.ttt_steps) for b in ("eager", "flex_attention")]
+        cells = [probe.Cell(b, "forward", self.seq_len, self.ttt_steps, repeats) for b in ("eager", "flex_attention")]
         results = probe.run_cells(cells, self.verifier, self.device, self.seed, timeout_s, progress=False,
-                                  draft_vocab_size=draft_vocab_size)
+                                  draft_vocab_size=draft_vocab_size, cache_dir=cache_dir)
         row = probe.compare(cells, results).iloc[1]
         step.status, step.mask = row.status, row["mask"]
         step.outcome = (f"in the probe's worker process: {row.error}" if row.status != "ok"

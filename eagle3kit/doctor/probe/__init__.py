@@ -5,4 +5,5 @@
 ``recommend``  what the matrix concludes: ``recommend``, ``recommendations``, ``probe_row``, ``settings_table``,
                ``speed_ratios``, ``recommendation_lines``
 ``plots``      ``plot_timings(matrix)`` -> Figure
+``cache``      cells measured once, read back when asked again with the same setting (what the key holds)
 """

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.device import resolve_device
+from eagle3kit.doctor.probe.cache import ProbeCache, key, setting
 from eagle3kit.errors import UserError
 from eagle3kit.verifier import resolve
 
@@ -82,18 +83,35 @@ def _tail(path: Path) -> str:
 
 def run_cells(cells: list[Cell], verifier: str = "tiny", device: str = "cpu", seed: int = 0, timeout_s: float = 120,
               startup_timeout_s: float = 600, threads: int | None = None, isolate_each: bool = False,
-              draft_vocab_size: int | None = None, progress: bool = True) -> dict[int, dict]:
+              draft_vocab_size: int | None = None, progress: bool = True,
+              cache_dir: str | os.PathLike | None = None) -> dict[int, dict]:
     """Run ``cells`` in worker subprocesses; return ``{cell index: result}`` (a result per cell, whatever happens).
 
-    ``draft_vocab_size`` shrinks the draft's vocab (first N token ids) to make each step cheaper.
+    ``draft_vocab_size`` shrinks the draft's vocab (first N token ids) to make each step cheaper. ``cache_dir``: read
+    back the cells measured there before with the same setting, run only the others and keep their results
+    (:mod:`eagle3kit.doctor.probe.cache`: what the key holds); a read-back result has ``"cached": True``.
     """
     workdir = Path(tempfile.mkdtemp(prefix="eagle3kit-probe-"))
     spec = {"verifier": verifier, "device": device, "seed": seed, "weights": str(workdir / "weights.pt"),
             "threads": threads or min(2, os.cpu_count() or 1), "cells": [c.spec() for c in cells],
-            "draft_vocab_size": draft_vocab_size}
-    bar = tqdm(total=len(cells), desc="probe", disable=not progress)
+            "draft_vocab_size": draft_vocab_size, "build_ttt_steps": max(c.ttt_steps for c in cells)}
+    cache, keys, results = None, [], {}
+    if cache_dir is not None:
+        cache = ProbeCache(cache_dir)
+        shared = {**setting(resolve(verifier).path, spec), "timeout_s": timeout_s}
+        keys = [key(c.spec(), shared) for c in cells]
+        results = {i: {**hit, "cached": True} for i, k in enumerate(keys) if (hit := cache.get(k)) is not None}
+    todo = [i for i in range(len(cells)) if i not in results]
+    bar = tqdm(total=len(todo), desc="probe", disable=not progress or not todo)
     try:
-        return _run(cells, spec, workdir, timeout_s, startup_timeout_s, isolate_each, bar)
+        if todo:  # the worker is told every cell (its build takes the longest TTT) and runs only these
+            ran = _run([cells[i] for i in todo], {**spec, "cells": [cells[i].spec() for i in todo]}, workdir,
+                       timeout_s, startup_timeout_s, isolate_each, bar)
+            for j, i in enumerate(todo):
+                results[i] = ran[j]
+                if cache is not None:
+                    cache.put(keys[i], ran[j])
+        return results
     finally:
         bar.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -119,8 +137,8 @@ def _run(cells, spec, workdir: Path, timeout_s, startup_timeout_s, isolate_each,
                 raise
         if outcome is not None:  # the worker died or hung: a row for the cell in flight, or for all if at startup
             index, row = outcome
-            if index is None:
-                row["error"] = f"{row['error']}: {_tail(log_path)}"
+            if index is None:  # no cell ran: the worker's failure, not a measurement of these cells (never cached)
+                row["error"], row["measured"] = f"{row['error']}: {_tail(log_path)}", False
                 for i in [r for r in run if r not in results]:
                     results[i] = dict(row)
                     bar.update(1)
@@ -181,13 +199,14 @@ def _watch(proc, events_path: Path, timeout_s, startup_timeout_s, results, bar, 
 def probe(verifier: str = "tiny", device: str = "auto", backends=BACKENDS, modes=MODES, seq_len: int = 256,
           ttt_steps: int = 3, seed: int = 0, timeout_s: float = 120, extra_cells: list[Cell] | None = None,
           repeats: int = 1, draft_vocab_size: int | None = None, isolate_each: bool = False,
-          progress: bool = True) -> pd.DataFrame:
+          progress: bool = True, cache_dir: str | os.PathLike | None = None) -> pd.DataFrame:
     """The measured matrix: status, mask kind, seconds, loss, max |Δ loss| and draft-token agreement vs eager.
 
     ``extra_cells`` adds single cells (another sequence length, ``unset``) after the matrix. ``isolate_each`` starts
     a fresh process for every cell (slower; by default a process is restarted only after a crash or hang).
     ``repeats``: steps timed per cell (median); loss and tokens come from the first. ``draft_vocab_size``: a smaller
-    draft vocab (first N ids) makes every step cheaper without touching attention.
+    draft vocab (first N ids) makes every step cheaper without touching attention. ``cache_dir``: cells measured
+    there before with the same setting are read back (:func:`run_cells`); ``.attrs["cached"]`` counts them.
     """
     device = resolve_device(device)
     if not resolve(verifier).has_weights:  # fail early, in this process, with the verifier's own message
@@ -195,8 +214,10 @@ def probe(verifier: str = "tiny", device: str = "auto", backends=BACKENDS, modes
                          "'smollm2' or a local HF directory.")
     cells = matrix_cells(backends, modes, seq_len, ttt_steps, repeats) + list(extra_cells or [])
     results = run_cells(cells, verifier, device, seed, timeout_s, isolate_each=isolate_each,
-                        draft_vocab_size=draft_vocab_size, progress=progress)
-    return compare(cells, results)
+                        draft_vocab_size=draft_vocab_size, progress=progress, cache_dir=cache_dir)
+    matrix = compare(cells, results)
+    matrix.attrs["cached"] = sum(bool(r.get("cached")) for r in results.values())
+    return matrix
 
 
 def compare(cells: list[Cell], results: dict[int, dict]) -> pd.DataFrame:

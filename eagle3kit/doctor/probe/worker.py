@@ -124,7 +124,7 @@ def main(spec_path: str, results_path: str) -> int:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             build = build_config(verifier=spec["verifier"], attn_implementation="eager", device=spec["device"],
-                                 ttt_steps=max(c["ttt_steps"] for c in spec["cells"]),
+                                 ttt_steps=spec.get("build_ttt_steps") or max(c["ttt_steps"] for c in spec["cells"]),
                                  draft_vocab_size=spec.get("draft_vocab_size"))
             torch.manual_seed(spec["seed"])
             # verifier-owned weights come from the verifier, the same in every process

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from eagle3kit.evaluate.acceptance import Acceptance
 from eagle3kit.evaluate.export import vllm_commands
 from eagle3kit.vllm_env import MAKE_IT, VllmNotInstalled, vllm_python
-from eagle3kit.evaluate.vllm.serve import VllmCheck, VllmInputError, check_draft
+from eagle3kit.evaluate.vllm.serve import VllmCheck, VllmInputError, check_sets
+
+MAIN = ""  # the main prompts' set, named apart from any group's (a group may be called "held-out")
 
 
 @dataclass
@@ -40,8 +42,8 @@ def check_in_vllm(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike 
                   max_new_tokens: int, k: int, enabled: bool, groups: dict[str, list[list[int]]] | None = None
                   ) -> VllmGate:
     """Check the draft in vLLM's CPU build on ``prompts`` (token ids) when ``enabled`` and every gate is open;
-    ``groups``: further named prompt lists generated in the same run (one engine start), each checked apart
-    (:meth:`VllmCheck.subset`)."""
+    ``groups``: further named prompt lists generated in the same batch (one engine start a run), each checked apart
+    with its own counters (:func:`check_sets`)."""
     try:
         command = vllm_commands(draft_dir, k, verifier_dir)["long"]
     except VllmInputError as exc:  # e.g. a head_dim vLLM's CPU attention lacks (the doctor warns about it)
@@ -53,11 +55,7 @@ def check_in_vllm(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike 
         vllm_python()
     except VllmNotInstalled as exc:
         return VllmGate(command, None, f"skipped: {exc}")
-    groups = groups or {}
-    everything = [list(p) for p in prompts] + [list(p) for g in groups.values() for p in g]
-    whole = check_draft(draft_dir, verifier_dir, everything, max_new_tokens, k=k)
-    parts, start = {}, len(prompts)
-    for name, group in groups.items():
-        parts[name] = whole.subset(start, start + len(group))
-        start += len(group)
-    return VllmGate(command, whole.subset(0, len(prompts)) if groups else whole, None, parts)
+    sets = {MAIN: [list(p) for p in prompts], **{name: [list(p) for p in g] for name, g in (groups or {}).items()}}
+    whole, parts = check_sets(draft_dir, verifier_dir, sets, max_new_tokens, k=k)  # one engine start a run
+    main = parts.pop(MAIN)
+    return VllmGate(command, main if groups else whole, None, parts)

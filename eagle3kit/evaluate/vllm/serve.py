@@ -107,7 +107,7 @@ class VllmCheck:
 
     @property
     def decoded_together(self) -> int:
-        """The batch the speed and step times were measured at: a :meth:`subset` keeps its whole run's."""
+        """The batch the speed and step times were measured at: a :meth:`part` keeps its whole run's."""
         return self.batch or len(self.outputs_plain)
 
     @property
@@ -130,17 +130,14 @@ class VllmCheck:
         """The 1-minute load average before → after each timed run, with the draft / without it."""
         return " / ".join("→".join(f"{x:.1f}" for x in self.load.get(r, [])) or "?" for r in ("draft", "plain"))
 
-    def subset(self, start: int, end: int) -> VllmCheck:
-        """The check of prompts ``start:end`` alone: their outputs, and counters summed from their per-request
-        histograms (the same counts vLLM's counters sum over all prompts). Speed and step times stay the whole
-        run's: those prompts were generated in one batch with the others."""
-        hist = self.histograms[start:end]
-        drafts = sum(sum(h) for h in hist)
-        accepted = sum(j * n for h in hist for j, n in enumerate(h))
-        per_pos = [sum(n for h in hist for j, n in enumerate(h) if j > i) for i in range(self.k)]
-        return replace(self, drafts=drafts, accepted=accepted, accepted_per_pos=per_pos,
-                       outputs_draft=self.outputs_draft[start:end], outputs_plain=self.outputs_plain[start:end],
-                       histograms=hist, batch=self.decoded_together)
+    def part(self, start: int, end: int, counters: dict) -> VllmCheck:
+        """The check of prompts ``start:end`` alone: their outputs and histograms, and ``counters`` (the worker's for
+        that set, summed from the per-request histograms: :func:`worker.set_counters`). Speed and step times stay
+        the whole run's: those prompts were generated in one batch with the others."""
+        return replace(self, drafts=counters["drafts"], accepted=counters["accepted"],
+                       accepted_per_pos=counters["accepted_per_pos"], outputs_draft=self.outputs_draft[start:end],
+                       outputs_plain=self.outputs_plain[start:end], histograms=self.histograms[start:end],
+                       batch=self.decoded_together)
 
     def summary(self) -> dict[str, object]:
         return {"tau_vllm": round(self.tau, 4), "drafts": self.drafts, "accepted": self.accepted,
@@ -168,14 +165,26 @@ def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | 
                 max_num_seqs: int | None = None) -> VllmCheck:
     """Generate greedily in vLLM with the draft and without it on the same token-id prompts (two fresh engines);
     ``max_num_seqs``: at most this many sequences a step (default: every prompt at once)."""
+    return check_sets(draft_dir, verifier_dir, {"all": prompts_token_ids}, max_new_tokens, k, timeout, venv,
+                      max_num_seqs)[0]
+
+
+def check_sets(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None,
+               sets: dict[str, list[list[int]]], max_new_tokens: int = MAX_NEW_TOKENS, k: int | None = None,
+               timeout: float = 900.0, venv: str | os.PathLike | None = None,
+               max_num_seqs: int | None = None) -> tuple[VllmCheck, dict[str, VllmCheck]]:
+    """:func:`check_draft` on several named sets of token-id prompts in one start of each engine (one batch, the
+    sets in order): the whole check (vLLM's aggregate counters) and each set's (:meth:`VllmCheck.part`)."""
     draft, verifier, k = check_inputs(draft_dir, verifier_dir, k)
-    if not prompts_token_ids or not all(p and all(isinstance(t, int) for t in p) for p in prompts_token_ids):
-        raise VllmInputError("prompts_token_ids must be a non-empty list of non-empty lists of token ids.")
+    prompts = [p for group in sets.values() for p in group]
+    if not sets or not all(sets.values()) or not all(p and all(isinstance(t, int) for t in p) for p in prompts):
+        raise VllmInputError("Each prompt set must be a non-empty list of non-empty lists of token ids "
+                             f"(sets: {', '.join(f'{n!r}: {len(g)}' for n, g in sets.items()) or 'none'}).")
     python = vllm_python(venv)
     with tempfile.TemporaryDirectory(prefix="eagle3kit-vllm-") as tmp:
         spec = {"verifier": str(verifier.resolve()), "draft": str(draft.resolve()), "k": k,
-                "prompts": [list(p) for p in prompts_token_ids], "max_new_tokens": max_new_tokens,
-                "max_num_seqs": max_num_seqs}
+                "sets": {name: [list(p) for p in group] for name, group in sets.items()},
+                "max_new_tokens": max_new_tokens, "max_num_seqs": max_num_seqs}
         (Path(tmp) / "spec.json").write_text(json.dumps(spec))
         log, out = Path(tmp) / "worker.log", Path(tmp) / "out.json"
         proc = launch([str(python), str(WORKER), str(Path(tmp) / "spec.json"), str(out)], log, SERVE_ENV)
@@ -189,11 +198,13 @@ def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | 
             raise VllmError(f"vLLM failed (exit code {code}); log tail:\n{log_tail(log)}")
         raw = _json(out)
     d, p, c = raw["runs"]["draft"], raw["runs"]["plain"], raw["runs"]["draft"]["counters"]
-    return VllmCheck(k, c["drafts"], c["accepted"], c["accepted_per_pos"], d["outputs"], p["outputs"],
-                     {r: raw["runs"][r]["seconds"] for r in ("draft", "plain")},
-                     {r: raw["runs"][r]["tokens_per_s"] for r in ("draft", "plain")}, raw["vllm_version"],
-                     {r: raw["runs"][r].get("steps", []) for r in ("draft", "plain")},
-                     {r: raw["runs"][r].get("load", []) for r in ("draft", "plain")}, d.get("histograms", []))
+    whole = VllmCheck(k, c["drafts"], c["accepted"], c["accepted_per_pos"], d["outputs"], p["outputs"],
+                      {r: raw["runs"][r]["seconds"] for r in ("draft", "plain")},
+                      {r: raw["runs"][r]["tokens_per_s"] for r in ("draft", "plain")}, raw["vllm_version"],
+                      {r: raw["runs"][r].get("steps", []) for r in ("draft", "plain")},
+                      {r: raw["runs"][r].get("load", []) for r in ("draft", "plain")}, d.get("histograms", []))
+    parts = {name: whole.part(part["start"], part["end"], part["counters"]) for name, part in d["sets"].items()}
+    return whole, parts
 
 
 # ----------------------------------------------------------------------------------------------- server

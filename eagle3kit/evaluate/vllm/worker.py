@@ -6,15 +6,17 @@ the standard library::
     .venv-vllm/bin/python worker.py spec.json out.json
 
 ``spec.json``: ``verifier`` (HF directory), ``draft`` (exported draft directory), ``k``, ``prompts`` (lists of token
-ids), ``max_new_tokens``; optional ``runs`` (default ``["draft", "plain"]``), ``kv_cache_gb`` (2), ``dtype``
-("float32"), ``max_model_len``, ``max_num_seqs`` (vLLM's default: all at once), ``step_times`` (true). Each run
-builds its own ``vllm.LLM`` in a fresh child process (vLLM does not hand its memory back reliably within one process);
-the children start their engines together and then generate one at a time, so the tokens/s of each run are measured
+ids) or ``sets`` (named lists of them, generated together as one batch, in order), ``max_new_tokens``; optional
+``runs`` (default ``["draft", "plain"]``), ``kv_cache_gb`` (2), ``dtype`` ("float32"), ``max_model_len``,
+``max_num_seqs`` (vLLM's default: all at once), ``step_times`` (true). Each run builds its own ``vllm.LLM`` in a fresh
+child process (vLLM does not hand its memory back reliably within one process); the children start their engines
+together and then generate one at a time, so the tokens/s of each run are measured
 alone. ``out.json``: ``{"vllm_version", "runs":
 {"draft": {...}, "plain": {...}}}`` with, per run, the generated token ids per prompt, seconds, tokens/s, (with the
 draft) vLLM's spec-decode counters, the 1-minute load average before and after, and, per engine step of the timed
 generation, what :class:`StepTimer` measured; with the draft, each prompt's histogram of rounds by accepted draft
-tokens (vLLM's per-request speculative-decoding metrics).
+tokens (vLLM's per-request speculative-decoding metrics) and, per set, its counters summed from them
+(:func:`set_counters`); ``engine_in_process`` (true): the engine core runs in the run's own process.
 """
 
 from __future__ import annotations
@@ -48,6 +50,20 @@ def read_counters(metrics: list[Any]) -> dict[str, Any]:
             per_pos = [a + b for a, b in zip(per_pos, values, strict=False)] + values[len(per_pos):]
     out["accepted_per_pos"] = per_pos
     return out
+
+
+def set_counters(histograms: list[list[int]], k: int) -> dict[str, Any]:
+    """The spec-decode counters of some prompts, summed from their per-request histograms (``h[j]``: rounds with j
+    draft tokens accepted): the counts vLLM's aggregate counters sum over every prompt."""
+    drafts = sum(sum(h) for h in histograms)
+    return {"drafts": drafts, "draft_tokens": k * drafts,
+            "accepted": sum(j * n for h in histograms for j, n in enumerate(h)),
+            "accepted_per_pos": [sum(n for h in histograms for j, n in enumerate(h) if j > i) for i in range(k)]}
+
+
+def named_sets(spec: dict[str, Any]) -> dict[str, list[list[int]]]:
+    """The spec's prompt sets in order (``prompts`` alone: one set named ``all``)."""
+    return dict(spec["sets"]) if spec.get("sets") else {"all": spec["prompts"]}
 
 
 class StepTimer:
@@ -121,6 +137,8 @@ def _take_turn(spec: dict[str, Any], run: str, timeout_s: float = 900.0):
 def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     """Build one ``vllm.LLM`` (with the draft when ``run == "draft"``), generate greedily, time it."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.get("kv_cache_gb", 2)))
+    if spec.get("engine_in_process", True):  # no engine-core process: one python fewer to start and import vllm in
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import vllm
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -142,7 +160,8 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
     llm = LLM(model=spec["verifier"], **kwargs)
     load_s = time.perf_counter() - t0
     params = SamplingParams(temperature=0.0, max_tokens=int(spec["max_new_tokens"]), ignore_eos=False)
-    prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in spec["prompts"]]
+    sets = named_sets(spec)
+    prompts = [TokensPrompt(prompt_token_ids=list(p)) for group in sets.values() for p in group]
     if timed:
         llm.collective_rpc("install_step_timer")
     turn = _take_turn(spec, run)  # noqa: F841 (held while this process lives)
@@ -158,6 +177,13 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
         record["counters"] = read_counters(llm.get_metrics())
         record["histograms"] = [list(getattr(r.outputs[0].spec_decode_metrics, "histogram", None) or [])
                                 for r in results]
+    record["sets"], start = {}, 0
+    for name, group in sets.items():  # each set's slice of the one batch
+        end = start + len(group)
+        record["sets"][name] = {"start": start, "end": end}
+        if run == "draft":
+            record["sets"][name]["counters"] = set_counters(record["histograms"][start:end], int(spec["k"]))
+        start = end
     if timed:
         record["steps"] = llm.collective_rpc("step_times")[0]
     return record
