@@ -21,11 +21,12 @@ from eagle3kit.doctor.checks.draft_loader import DraftFolder, load_draft, open_d
 from eagle3kit.doctor.checks.facts import DoctorSubject
 from eagle3kit.doctor.checks.model import serving_findings, shape_findings
 from eagle3kit.doctor.checks.trained import Agreement, trained_findings
-from eagle3kit.doctor.checks.trained import measure as measure_agreement
+from eagle3kit.doctor.checks import trained  # called as trained.measure: one name a spy can wrap
 from eagle3kit.doctor.checks.versions import version_findings
 from eagle3kit.doctor.findings import Finding, Guard, has_errors
 from eagle3kit.draft.config import draft_ttt_steps
-from eagle3kit.verifier import Verifier, load_model
+from eagle3kit import verifier as verifiers  # verifiers.load_model: likewise
+from eagle3kit.verifier import Verifier
 
 REEXPORT = "re-export the draft with speculators' save_pretrained (eagle3kit: TrainSession.export)"
 BLOCKING = ("config", "shape", "layout", "vocab")  # errors that forbid loading the weights (or measuring them)
@@ -120,7 +121,7 @@ def examine_draft_folder(path: str | os.PathLike, verifier: str | os.PathLike | 
 
 def _embedding(out: DraftCheck) -> list[Finding]:
     """The verifier's weights, loaded once: for its embedding here, then the measurement."""
-    out.verifier_model = load_model(out.verifier)
+    out.verifier_model = verifiers.load_model(out.verifier)
     return fc.embedding_findings(out.folder, out.verifier, out.verifier_model)
 
 
@@ -128,6 +129,6 @@ def _measured(out: DraftCheck, prompts: list | None, n_prompts: int, max_new_tok
               ) -> list[Finding]:
     """Trained or an initialisation, measured on the prompts (else the data's held-out conversations)."""
     conversations = prompts or (out.data.conversations if out.data else None)
-    out.agreement = measure_agreement(out.draft, out.verifier, conversations, n_prompts, max_new_tokens,
+    out.agreement = trained.measure(out.draft, out.verifier, conversations, n_prompts, max_new_tokens,
                                       k or draft_ttt_steps(out.config), verifier_model=out.verifier_model)
     return trained_findings(out.agreement)
