@@ -147,7 +147,8 @@ RECIPES = [
     Recipe("dense-step", "training step", "speculators' own dense sdpa forward (TrainSettings.attention "
            "'speculators'), as every CPU step was before the block-sparse one", train=(("attention", "speculators"),)),
 ]
-ALWAYS_CHECKED = {"base", "dense-step"}  # run at the second budget whatever their Δ (the reference; the step's gain)
+ALWAYS_CHECKED = {"base"}  # run at the second budget whatever its Δ (the reference)
+NOT_CHECKS = {"dense-step"}  # not a lever to adopt: the step this round replaced, measured at the first budget
 
 
 @dataclass
@@ -401,7 +402,7 @@ def main() -> int:
     checks = []
     if args.check and rows:
         scored = recipes.with_deltas([recipes.LabRow.from_result(r) for r in rows])
-        levers = [r for r in scored if r.name not in ALWAYS_CHECKED and "held-out" in r.delta]
+        levers = [r for r in scored if r.name not in ALWAYS_CHECKED | NOT_CHECKS and "held-out" in r.delta]
         top = sorted(levers, key=lambda r: r.delta["held-out"].mean, reverse=True)[:args.check_top]
         checks = [x for r in chosen if r.name in ALWAYS_CHECKED | {t.name for t in top}
                   if (x := attempt(runner, r, args.check))]

@@ -37,12 +37,13 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "04": {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
                "dtype": "float32", "regenerate_tokens": 16, "regenerate_engine": "transformers"},
-        # demo: the recipe lab's best point that fits the demo's 10 minutes (bench/recipe.py --frontier): the
-        # verifier writes 128 replies of <= 96 tokens to user turns cut to 128 tokens (vLLM's CPU build where
+        # demo: the recipe lab's strongest row at 5 CPU minutes, `less-data` (bench/recipe.py --demo less-data: fewer
+        # replies, more epochs, the data's minutes spent on steps instead): the verifier writes 128 replies of <= 96 tokens to user turns cut to 128 tokens (vLLM's CPU build where
         # `make vllm` installed it), a 2048-token draft vocab, hidden states in bf16 where the CPU has it ("native").
         # What it costs and reaches, measured: docs/demo.md ("The demo preset's values") and bench/results/recipe.md.
         "demo": {"n_conversations": 128, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
                  "batch_size": 4, "dtype": "native", "regenerate_tokens": 96, "regenerate_prompt_tokens": 128},
+        "full": {"n_conversations": 256},  # pack-512's data: the lab's base 256 replies
     },
     "05": {
         "ci": {"total_seq_len": 384, "max_steps": 40, "warm_start_layer": -1,
@@ -55,6 +56,9 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "demo": {"max_steps": 241, "warm_start_layer": -1, "hidden_states_dtype": "native",
                  "first_steps": 3, "run_steps": 118, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                  "rehearse_ranks": 2, "rehearse_steps": 3},
+        # full: the lab's best point at 10 CPU minutes, `pack-512` at its check (bench/recipe.py --full pack-512@10):
+        # 512-token packs, the one lever that held at both budgets; 3 + 650 steps here, 653 in 06
+        "full": {"total_seq_len": 512, "max_steps": 1306, "run_steps": 650},
     },
     "06": {
         "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_prompts": 2, "max_new_tokens": 24,
@@ -66,6 +70,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "demo": {"resume_from_05": True, "train_steps": 120, "n_prompts": 16, "n_decode_prompts": 1,
                  "max_new_tokens": 64, "bench_simulated": False,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
+        "full": {"train_steps": 653},
     },
     "07": {
         # reuses 06's draft and replies: only the views it shows, the class counts and the context curve cost time

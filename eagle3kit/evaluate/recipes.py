@@ -178,7 +178,7 @@ def frontier_line(frontier: list[LabRow], on: str = "held-out") -> str | None:
         return None
     taus = " / ".join(f"{r.tau[on].mean:.3f}" for r in points)
     minutes = " / ".join(f"{round(r.minutes, 1):g}" for r in points)
-    return (f"The lab's best recipe, its data and steps growing with the budget, reached τ on {on} {taus} at "
+    return (f"The lab's best recipe ({points[-1].name}) reached τ on {on} {taus} at "
             f"{minutes} CPU minutes (bench/results/recipe.md).")
 
 
