@@ -85,7 +85,7 @@ def test_cli_probe_prints_the_matrix(capsys):
     assert cli.main(["probe", "--verifier", "tiny", "--device", "cpu", "--backends", "eager", "sdpa",
                      "--modes", "forward", "--seq-len", "128"]) == 0
     out = capsys.readouterr().out
-    assert "sdpa" in out and "token_agreement" in out and "fastest backend" in out
+    assert "sdpa" in out and "token_agreement" in out and "recommended (training)" in out
 
 
 def test_a_worker_that_cannot_start_gives_error_rows():

@@ -193,7 +193,8 @@ def test_every_bad_notebook_parameter_is_refused_before_any_notebook_runs(notebo
     ran = []  # a tripwire, not a stand-in: a case that is not refused fails at once instead of running a notebook
     monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: ran.append(a) or 1 / 0)
     out = place / "run"
-    err = refused(capsys, ["run-notebooks", "--preset", "ci", "--only", notebook[:2], "--out", str(out),
+    err = refused(capsys, ["run-notebooks", "--notebooks", str(NOTEBOOK_DIR), "--preset", "ci", "--only", notebook[:2],
+                           "--out", str(out),
                            "--set", f"{name}={value}"])
     assert notebook[:2] in err and f"parameter {name}=" in err and "--set" in err, err
     assert not out.exists() and not ran
@@ -208,7 +209,8 @@ def test_issue_cases_through_a_real_process(tmp_path):
     """The issue's cases as a user types them: exit status 2, one line, no traceback, nothing made (a handful: each
     process imports torch; the walk above runs every case in-process)."""
     (tmp_path / "f").write_text("x")
-    cases = [["run-notebooks", "--preset", "ci", "--set", "ttt_steps=abc", "--out", str(tmp_path / "r")],
+    cases = [["run-notebooks", "--notebooks", str(NOTEBOOK_DIR), "--preset", "ci", "--set", "ttt_steps=abc", "--out",
+              str(tmp_path / "r")],
              ["data", "--out", str(tmp_path / "f" / "sub")],
              ["train", "--data", str(tmp_path), "--save", str(tmp_path / "f" / "sub")]]
     for argv in cases:

@@ -91,7 +91,7 @@ def make_loader(
     as it is);
     ``verifier`` / ``aux_layer_ids`` are checked against the directory when given.
     """
-    data = DataDir.open(data_dir)
+    data = data_dir if isinstance(data_dir, DataDir) else DataDir.open(data_dir)
     if verifier is not None or aux_layer_ids is not None:
         data.check_compatible(verifier, aux_layer_ids)
     if not data.complete:

@@ -69,7 +69,7 @@ class TrainSession:
         unknown = set(settings) - {f.name for f in dataclasses.fields(TrainSettings)}
         if unknown:
             raise TypeError(f"Unknown training setting(s) {sorted(unknown)}; see TrainSettings for the fields.")
-        self.data = DataDir.open(data)
+        self.data = data if isinstance(data, DataDir) else DataDir.open(data)
         self.build = _as_build(draft, self.data)
         self.data.for_draft(self.build.verifier, self.build.aux_layer_ids)
         self.device = self.build.device
@@ -225,13 +225,17 @@ class TrainSession:
         return contextlib.nullcontext()
 
     # ------------------------------------------------------------------------------------------- checkpoints
+    def _resolved_spec(self) -> dict[str, Any]:
+        """The draft's spec with the aux layers it was built with (a spec that left them to the data names them)."""
+        return {**dataclasses.asdict(self.build.spec), "aux_layer_ids": list(self.build.aux_layer_ids)}
+
     def fingerprint(self) -> dict[str, Any]:
         """What defines the run, flat: a checkpoint must share it to be resumed by this session.
 
         The draft is named by its spec (the config is built from it), not by the config object, which speculators'
         ``save_pretrained`` changes (``architectures``, ``auto_map``, ``dtype``). ``warm_start_layer`` is left out:
         it only sets the step-0 weights, and a checkpoint carries its own."""
-        spec = {f"draft.{k}": v for k, v in dataclasses.asdict(self.build.spec).items()
+        spec = {f"draft.{k}": v for k, v in self._resolved_spec().items()
                 if k not in ("verifier", "attn_implementation", "training")}
         settings = {k: v for k, v in dataclasses.asdict(self.settings).items()
                     if k not in ("warm_start_layer", "attention")}  # a start value; the same loss either path
@@ -249,7 +253,7 @@ class TrainSession:
         with self._lock:
             state = {"global_step": self.global_step, "epoch": self.batches.epoch, "index": self.batches.index,
                      "history": self.history}
-            session = {"fingerprint": self.fingerprint(), "spec": dataclasses.asdict(self.build.spec),
+            session = {"fingerprint": self.fingerprint(), "spec": self._resolved_spec(),
                        "settings": dataclasses.asdict(self.settings), "data_dir": self._data_path}
             self.last_checkpoint = ckpt.save_checkpoint(directory, self.model, self.optimizers, self.schedulers,
                                                         state, session, self.training_record())
