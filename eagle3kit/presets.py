@@ -38,9 +38,10 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
                "dtype": "float32", "regenerate_tokens": 16, "regenerate_engine": "transformers"},
         # demo: the recipe lab's strongest row at 5 CPU minutes, `less-data` (bench/recipe.py --demo less-data: fewer
-        # replies, more epochs, the data's minutes spent on steps instead): the verifier writes 128 replies of <= 96 tokens to user turns cut to 128 tokens (vLLM's CPU build where
-        # `make vllm` installed it), a 2048-token draft vocab, hidden states in bf16 where the CPU has it ("native").
-        # What it costs and reaches, measured: docs/demo.md ("The demo preset's values") and bench/results/recipe.md.
+        # replies, more epochs, the data's minutes spent on steps instead): the verifier writes 128 replies of <= 96
+        # tokens to user turns cut to 128 tokens (vLLM's CPU build where `make vllm` installed it), a 2048-token draft
+        # vocab, hidden states in bf16 where the CPU has it ("native"). What it costs and reaches, measured:
+        # docs/demo.md and bench/results/recipe.md.
         "demo": {"n_conversations": 128, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
                  "batch_size": 4, "dtype": "native", "regenerate_tokens": 96, "regenerate_prompt_tokens": 128},
         "full": {"n_conversations": 256},  # pack-512's data: the lab's base 256 replies

@@ -49,9 +49,15 @@ def test_no_prompt_comes_from_a_conversation_the_data_trained_on(held_out, tok, 
     assert len(trained) == 12  # tiny_data: 12 training conversations (its 2 held out are drawn beside them)
     first_user = [next(t["content"] for t in p.messages if t["role"] == "user") for p in held_out]
     assert not trained & {long_context.key(t) for t in first_user}
-    # told to leave out the conversations the set drew, it draws others
+
+
+@pytest.mark.xfail(strict=True, reason="known bug (issue 49's closing note): exclude= is matched on the source's first "
+                   "user turn while a drawn prompt's turn may be cut at its front, so excluded conversations come back")
+def test_told_to_leave_out_the_conversations_it_drew_it_draws_others(held_out, tok):
+    first_user = [next(t["content"] for t in p.messages if t["role"] == "user") for p in held_out]
     again = long_context.long_context_set(tok, 8192, 2, exclude={long_context.key(t) for t in first_user[:2]})
-    assert {p.messages for p in again[:2]}.isdisjoint({p.messages for p in held_out[:2]})
+    drawn = {long_context.key(next(t["content"] for t in p.messages if t["role"] == "user")) for p in again[:2]}
+    assert drawn.isdisjoint({long_context.key(t) for t in first_user[:2]})
 
 
 def test_one_pass_replies_and_states_equal_the_simulations_own(tiny_verifier, tok, held_out):
