@@ -343,3 +343,8 @@ class DataDir:
             rows.append({"name": p.name + "/" * p.is_dir(),
                          "MB": round(sum(f.stat().st_size for f in files) / 1e6, 2), "files": len(files)})
         return pd.DataFrame(rows, columns=["name", "MB", "files"])
+
+
+def as_data_dir(data: DataDir | str | os.PathLike) -> DataDir:
+    """``data`` as a :class:`DataDir`: one already opened is handed on as it is, a path is opened (once a trip)."""
+    return data if isinstance(data, DataDir) else DataDir.open(data)

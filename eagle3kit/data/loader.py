@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.health import remake_command, require_healthy
-from eagle3kit.data.directory import DataDir, DataError
+from eagle3kit.data.directory import DataDir, as_data_dir, DataError
 from eagle3kit.verifier import Verifier
 
 
@@ -91,7 +91,7 @@ def make_loader(
     as it is);
     ``verifier`` / ``aux_layer_ids`` are checked against the directory when given.
     """
-    data = data_dir if isinstance(data_dir, DataDir) else DataDir.open(data_dir)
+    data = as_data_dir(data_dir)
     if verifier is not None or aux_layer_ids is not None:
         data.check_compatible(verifier, aux_layer_ids)
     if not data.complete:

@@ -16,19 +16,15 @@ from speculators.models.eagle3 import Eagle3DraftModel
 from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution, save_token_frequency_distribution
 
 from eagle3kit.atomic import atomic_file
-from eagle3kit.data.directory import DataDir
+from eagle3kit.data.directory import as_data_dir
 from eagle3kit.draft.config import DraftBuild
 from eagle3kit.draft.model import build_model
 
 
 
-def _opened(data_dir) -> DataDir:
-    """``data_dir`` as a :class:`DataDir`: one already opened is used as it is (not opened again)."""
-    return data_dir if isinstance(data_dir, DataDir) else DataDir.open(data_dir)
-
 def save_token_freq(dataset, data_dir: str | os.PathLike) -> Path:
     """Count assistant tokens (loss_mask == 1) with speculators' counter; written atomically."""
-    target = _opened(data_dir).token_freq_path
+    target = as_data_dir(data_dir).token_freq_path
     with atomic_file(target) as tmp:
         tmp.unlink()  # speculators reuses an existing file without recounting
         save_token_frequency_distribution(dataset, tmp)
@@ -36,7 +32,7 @@ def save_token_freq(dataset, data_dir: str | os.PathLike) -> Path:
 
 
 def load_token_freq(data_dir: str | os.PathLike) -> dict[int, int]:
-    path = _opened(data_dir).token_freq_path
+    path = as_data_dir(data_dir).token_freq_path
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; make the data with `eagle3kit data --out DIR` first.")
     return torch.load(path, weights_only=True)
@@ -55,7 +51,7 @@ def build_mapping(data_dir: str | os.PathLike, draft_vocab_size: int, target_voc
             f"draft_vocab_size={draft_vocab_size} must be in 1..{target_vocab_size} (the verifier's vocab)."
         )
     d2t, t2d = build_vocab_mappings_from_distribution(load_token_freq(data_dir), draft_vocab_size, target_vocab_size)
-    d2t_path, t2d_path = _opened(data_dir).mapping_paths(draft_vocab_size)
+    d2t_path, t2d_path = as_data_dir(data_dir).mapping_paths(draft_vocab_size)
     _save_npy(d2t_path, d2t.cpu().numpy())
     _save_npy(t2d_path, t2d.cpu().numpy())
     return t2d, d2t
@@ -66,7 +62,7 @@ def load_mapping(data_dir: str | os.PathLike, draft_vocab_size: int | None, targ
     """(t2d, d2t) as speculators' CLI loads them; (None, None) for the full vocab; made from token_freq.pt if absent."""
     if draft_vocab_size is None or draft_vocab_size == target_vocab_size:
         return None, None
-    d2t_path, t2d_path = _opened(data_dir).mapping_paths(draft_vocab_size)
+    d2t_path, t2d_path = as_data_dir(data_dir).mapping_paths(draft_vocab_size)
     if not (d2t_path.exists() and t2d_path.exists()):
         return build_mapping(data_dir, draft_vocab_size, target_vocab_size)
     d2t = torch.from_numpy(np.load(d2t_path))

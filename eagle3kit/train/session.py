@@ -25,7 +25,7 @@ from speculators.train.utils import normalize_counted_metrics
 from tqdm.auto import tqdm
 
 from eagle3kit import validate
-from eagle3kit.data.directory import DataDir
+from eagle3kit.data.directory import DataDir, as_data_dir
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.data.draft_spec import spec_for
 from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps
@@ -69,7 +69,7 @@ class TrainSession:
         unknown = set(settings) - {f.name for f in dataclasses.fields(TrainSettings)}
         if unknown:
             raise TypeError(f"Unknown training setting(s) {sorted(unknown)}; see TrainSettings for the fields.")
-        self.data = data if isinstance(data, DataDir) else DataDir.open(data)
+        self.data = as_data_dir(data)
         self.build = _as_build(draft, self.data)
         self.data.for_draft(self.build.verifier, self.build.aux_layer_ids)
         self.device = self.build.device
