@@ -1,4 +1,5 @@
-"""What a reader of an executed notebook should not see: a Figure as text, library log lines, colour codes, errors.
+"""What a reader of an executed notebook should not see: a Figure as text, library log lines, colour codes, errors,
+text on stderr, progress bars drawn as text, walls of text.
 
 :func:`output_problems` reads a notebook executed by papermill and names every such output by its code cell
 (numbered as in the source notebook: papermill's injected-parameters cell does not count).
@@ -20,6 +21,9 @@ LOG_LINES = {
     "logging": re.compile(rf"^({LEVELS}):[\w.]+:"),
     "library warning": re.compile(r"(site|dist)-packages[/\\]\S+\.py:\d+: \w*Warning: "),
 }
+PROGRESS_BAR = re.compile(r"\d+%\|[^|\n]*\| *[\d.]+[kMG]?/[\d.?]*[kMG]?")  # tqdm's text: " 40%|####  | 4/10"
+WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget (tqdm.auto's bar in a kernel): saved as a widget
+WALL_LINES = 40  # a text output longer than this is a wall: show a head and where the rest is
 SNIPPET = 200
 
 
@@ -41,6 +45,19 @@ def output_texts(output: nbformat.NotebookNode) -> list[str]:
     return [data[m] if isinstance(data[m], str) else "".join(data[m]) for m in ("text/plain", "text/html") if m in data]
 
 
+def merged_streams(outputs: list) -> list[nbformat.NotebookNode]:
+    """A cell's outputs with consecutive pieces of one stream joined (a kernel sends a long print in pieces)."""
+    merged: list[nbformat.NotebookNode] = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if (output.output_type == "stream" and last is not None and last.output_type == "stream"
+                and last.get("name") == output.get("name")):
+            merged[-1] = nbformat.NotebookNode({**last, "text": last.get("text", "") + output.get("text", "")})
+        else:
+            merged.append(output)
+    return merged
+
+
 def _snippet(text: str) -> str:
     text = ANSI.sub("", text).strip()
     return repr(text if len(text) <= SNIPPET else text[:SNIPPET] + "...")
@@ -50,19 +67,32 @@ def output_problems(ipynb_path: str | os.PathLike) -> list[str]:
     """Every output of an executed notebook that a reader should not see, one sentence each (empty: clean).
 
     Flags: a Figure shown as its text repr without an image, library log lines (loguru, ``logging``'s default
-    format, Python warnings from installed packages), terminal colour codes (``\\x1b[``) and error outputs.
+    format, Python warnings from installed packages), terminal colour codes (``\\x1b[``), error outputs, anything on
+    stderr, a progress bar drawn as text (not a widget) and a text output over :data:`WALL_LINES` lines.
     """
     nb = nbformat.read(os.fspath(ipynb_path), as_version=4)
     name = os.path.basename(ipynb_path)
     problems = []
     for number, cell in code_cells(nb):
         where = f"{name} cell {number}"
-        for output in cell.get("outputs", []):
+        for output in merged_streams(cell.get("outputs", [])):
             if output.output_type == "error":
                 problems.append(f"{where}: an error output ({output.get('ename')}: {output.get('evalue')})")
                 continue
-            has_image = any(m.startswith("image/") for m in output.get("data", {}))
-            for text in output_texts(output):
+            data = output.get("data", {})
+            has_image = any(m.startswith("image/") for m in data)
+            texts = output_texts(output)
+            bar = next((m for t in texts if WIDGET not in data and (m := PROGRESS_BAR.search(ANSI.sub("", t)))), None)
+            if bar:
+                problems.append(f"{where}: a progress bar drawn as text ({_snippet(bar.string[:bar.end()])})")
+            elif output.output_type == "stream" and output.get("name") == "stderr":
+                problems.append(f"{where}: text on stderr ({_snippet(output.get('text', ''))})")
+            seen = output.get("text", "") if output.output_type == "stream" else data.get("text/plain", "")
+            seen = seen if isinstance(seen, str) else "".join(seen)
+            if "text/html" not in data and not has_image and len(seen.splitlines()) > WALL_LINES:
+                problems.append(f"{where}: a wall of {len(seen.splitlines())} lines of text (over {WALL_LINES}: "
+                                f"show a head and where the rest is)")
+            for text in texts:
                 figure = FIGURE_TEXT.search(text)
                 if figure and not has_image:
                     problems.append(f"{where}: a Figure shown as text, not an image ({figure.group(0)})")

@@ -129,3 +129,56 @@ def test_quiet_stdout_swallows_prints_only_when_asked(capsys):
     with quiet():
         print("kept", file=sys.stdout)
     assert capsys.readouterr().out == "kept\n"
+
+
+def written(tmp_path, outputs: list[list]) -> list[str]:
+    """output_problems of a notebook built with nbformat: one code cell per list of outputs (no kernel needed)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("pass", outputs=outs) for outs in outputs]
+    path = tmp_path / "built.ipynb"
+    nbformat.write(nb, path)
+    return output_problems(path)
+
+
+def stream(text: str, name: str = "stdout"):
+    return nbformat.v4.new_output("stream", name=name, text=text)
+
+
+def shown(data: dict):
+    return nbformat.v4.new_output("display_data", data=data)
+
+
+FINDFONT = "findfont: Font family ['STIXGeneral'] not found. Falling back to DejaVu Sans.\n"
+BAR = "\rCounting token frequencies:   0%|          | 0/12 [00:00<?, ?it/s]"
+DONE = "\rCounting token frequencies: 100%|██████████| 12/12 [00:00<00:00, 629.74it/s]"
+
+
+def test_stderr_text_is_flagged_and_stdout_is_not(tmp_path):
+    problems = written(tmp_path, [[stream(FINDFONT, "stderr"), stream(FINDFONT, "stderr")],
+                                  [stream("CUDA_HOME is not set\n", "stderr")], [stream("plain words\n")]])
+    assert len(at(problems, 1)) == 1 and "stderr" in at(problems, 1)[0] and "STIXGeneral" in at(problems, 1)[0]
+    assert len(at(problems, 2)) == 1 and "CUDA_HOME" in at(problems, 2)[0]
+    assert at(problems, 3) == []
+
+
+def test_progress_bars_as_text_are_flagged_and_widgets_are_not(tmp_path):
+    widget = {"application/vnd.jupyter.widget-view+json": {"model_id": "m", "version_major": 2, "version_minor": 0},
+              "text/plain": "hidden states:   0%|          | 0/1060 [00:00<?, ?tok/s]"}
+    problems = written(tmp_path, [[stream(BAR, "stderr"), stream(DONE, "stderr"), stream("\n", "stderr")],
+                                  [stream(DONE)], [shown({"text/plain": DONE})], [shown(widget)],
+                                  [stream("coverage 100% | 12/12 files\n40% of 10 tokens\n")]])
+    assert len(at(problems, 1)) == 1 and "progress bar" in at(problems, 1)[0]
+    assert "Counting token frequencies" in at(problems, 1)[0]
+    assert len(at(problems, 2)) == 1 and len(at(problems, 3)) == 1  # a bar on stdout or as a result: text all the same
+    assert at(problems, 4) == [] and at(problems, 5) == []  # a widget (its state saved), and percentages in prose
+
+
+def test_walls_of_text_are_flagged_and_short_or_html_outputs_are_not(tmp_path):
+    wall = "".join(f"key_{i}: {i}\n" for i in range(45))
+    pieces = [stream(wall[:100]), stream(wall[100:])]  # one print, sent by the kernel in two pieces
+    head = "".join(f"key_{i}: {i}\n" for i in range(40))
+    problems = written(tmp_path, [pieces, [shown({"text/plain": wall})], [stream(head)],
+                                  [shown({"text/plain": wall, "text/html": "<table></table>"})]])
+    assert len(at(problems, 1)) == 1 and "wall of 45 lines" in at(problems, 1)[0]
+    assert len(at(problems, 2)) == 1
+    assert at(problems, 3) == [] and at(problems, 4) == []  # 40 lines is not a wall; a table shows as HTML
