@@ -6,19 +6,41 @@ imported under the inline backend); before that a returned Figure shows as the t
 Axes>``. :func:`show_figures_as_png` registers IPython's own printer (``IPython.core.pylabtools.print_figure``, what
 ``%matplotlib inline`` registers) on the running shell when none is there; ``eagle3kit/__init__.py`` calls it once.
 :func:`png_bytes` renders a Figure for the widgets' image views.
+
+Log-scale ticks are drawn with mathtext, which looks for the STIX and Computer Modern fonts matplotlib ships. A font
+cache (``~/.cache/matplotlib/fontlist-*.json``) written by a matplotlib without them lists only the system's fonts,
+and each lookup then writes ``findfont: Font family ['STIXGeneral'] not found`` to stderr; matplotlib keeps such a
+cache while its version matches. :func:`use_bundled_fonts` adds the shipped fonts the cache lacks (in memory only).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import sys
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 IMAGE_FORMATS = ("image/png", "image/svg+xml", "image/jpeg", "application/pdf")
+
+
+def use_bundled_fonts(manager: Any = None) -> list[str]:
+    """Add to ``manager`` (default: matplotlib's ``fontManager``) the fonts matplotlib ships that it does not list;
+    return their file names (empty when the cache is whole, the usual case)."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    manager = manager if manager is not None else font_manager.fontManager
+    listed = {os.path.realpath(f.fname) for f in manager.ttflist}
+    shipped = sorted(Path(matplotlib.get_data_path(), "fonts", "ttf").glob("*.ttf"))
+    missing = [p for p in shipped if os.path.realpath(p) not in listed]
+    for path in missing:
+        manager.addfont(path)
+    return [p.name for p in missing]
 
 
 def png_bytes(fig: Figure, dpi: int = 80) -> bytes:
@@ -42,6 +64,8 @@ def show_figures_as_png(shell: Any = None) -> bool:
         return False
     from IPython.core.pylabtools import print_figure
     from matplotlib.figure import Figure
+
+    use_bundled_fonts()
 
     printers = [formatter.ipython_display_formatter]  # ipympl / nbagg show Figures as widgets there
     printers += [formatter.formatters[m] for m in IMAGE_FORMATS if m in formatter.formatters]

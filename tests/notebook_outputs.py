@@ -72,34 +72,36 @@ def output_problems(ipynb_path: str | os.PathLike) -> list[str]:
     """
     nb = nbformat.read(os.fspath(ipynb_path), as_version=4)
     name = os.path.basename(ipynb_path)
+    return [f"{name} cell {number}: {problem}" for number, cell in code_cells(nb)
+            for output in merged_streams(cell.get("outputs", [])) for problem in problems_of(output)]
+
+
+def problems_of(output: nbformat.NotebookNode) -> list[str]:
+    """What is wrong with one output (stderr is named only when nothing more precise is: a log line, a bar)."""
+    if output.output_type == "error":
+        return [f"an error output ({output.get('ename')}: {output.get('evalue')})"]
+    data = output.get("data", {})
+    has_image = any(m.startswith("image/") for m in data)
+    texts = output_texts(output)
     problems = []
-    for number, cell in code_cells(nb):
-        where = f"{name} cell {number}"
-        for output in merged_streams(cell.get("outputs", [])):
-            if output.output_type == "error":
-                problems.append(f"{where}: an error output ({output.get('ename')}: {output.get('evalue')})")
-                continue
-            data = output.get("data", {})
-            has_image = any(m.startswith("image/") for m in data)
-            texts = output_texts(output)
-            bar = next((m for t in texts if WIDGET not in data and (m := PROGRESS_BAR.search(ANSI.sub("", t)))), None)
-            if bar:
-                problems.append(f"{where}: a progress bar drawn as text ({_snippet(bar.string[:bar.end()])})")
-            elif output.output_type == "stream" and output.get("name") == "stderr":
-                problems.append(f"{where}: text on stderr ({_snippet(output.get('text', ''))})")
-            seen = output.get("text", "") if output.output_type == "stream" else data.get("text/plain", "")
-            seen = seen if isinstance(seen, str) else "".join(seen)
-            if "text/html" not in data and not has_image and len(seen.splitlines()) > WALL_LINES:
-                problems.append(f"{where}: a wall of {len(seen.splitlines())} lines of text (over {WALL_LINES}: "
-                                f"show a head and where the rest is)")
-            for text in texts:
-                figure = FIGURE_TEXT.search(text)
-                if figure and not has_image:
-                    problems.append(f"{where}: a Figure shown as text, not an image ({figure.group(0)})")
-                if "\x1b[" in text:
-                    problems.append(f"{where}: terminal colour codes in the output ({_snippet(text)})")
-                for line in ANSI.sub("", text).splitlines():
-                    kind = next((k for k, pattern in LOG_LINES.items() if pattern.search(line)), None)
-                    if kind:
-                        problems.append(f"{where}: a {kind} line from a library ({_snippet(line)})")
+    bar = next((m for t in texts if WIDGET not in data and (m := PROGRESS_BAR.search(ANSI.sub("", t)))), None)
+    if bar:
+        problems.append(f"a progress bar drawn as text ({_snippet(bar.string[:bar.end()])})")
+    seen = output.get("text", "") if output.output_type == "stream" else data.get("text/plain", "")
+    seen = seen if isinstance(seen, str) else "".join(seen)
+    if "text/html" not in data and not has_image and len(seen.splitlines()) > WALL_LINES:
+        problems.append(f"a wall of {len(seen.splitlines())} lines of text (over {WALL_LINES}: show a head and "
+                        f"where the rest is)")
+    for text in texts:
+        figure = FIGURE_TEXT.search(text)
+        if figure and not has_image:
+            problems.append(f"a Figure shown as text, not an image ({figure.group(0)})")
+        if "\x1b[" in text:
+            problems.append(f"terminal colour codes in the output ({_snippet(text)})")
+        for line in ANSI.sub("", text).splitlines():
+            kind = next((k for k, pattern in LOG_LINES.items() if pattern.search(line)), None)
+            if kind:
+                problems.append(f"a {kind} line from a library ({_snippet(line)})")
+    if not problems and output.output_type == "stream" and output.get("name") == "stderr":
+        problems.append(f"text on stderr ({_snippet(output.get('text', ''))})")
     return problems

@@ -87,6 +87,7 @@ def loads(tmp_path_factory):
         f"with quiet():\n    with quiet():\n        pass\n    {load}",  # 3: an inner block ends, the outer stays quiet
         "figure()",  # 4
         f"{load};",  # 5: speculators' loguru lines, coloured in a kernel
+        "fig = figure()\nfig.axes[0].set_yscale('log')\nfig",  # 6: log ticks are mathtext: STIX / cm fonts
     ])
     return output_problems(out)
 
@@ -102,6 +103,26 @@ def test_loads_inside_quiet_show_nothing_and_outside_they_are_caught(loads):
 def test_importing_eagle3kit_makes_figures_images(loads):
     assert at(loads, 4) == [], ("a Figure showed as text after `import eagle3kit`: eagle3kit/__init__.py must call "
                                 "eagle3kit.figures.show_figures_as_png()")
+
+
+def test_log_scale_figures_write_nothing_to_stderr(loads):
+    assert at(loads, 6) == [], loads  # a font cache without matplotlib's own fonts: findfont lines on stderr
+
+
+def test_use_bundled_fonts_adds_what_a_partial_cache_lacks():
+    import copy
+
+    import matplotlib
+    from matplotlib import font_manager
+
+    from eagle3kit.figures import use_bundled_fonts
+
+    partial = copy.deepcopy(font_manager.fontManager)  # as a cache written without matplotlib's own fonts lists them
+    partial.ttflist = [f for f in partial.ttflist if not f.fname.startswith(matplotlib.get_data_path())]
+    with pytest.raises(ValueError):
+        partial.findfont("STIXGeneral", fallback_to_default=False)
+    assert "STIXGeneral.ttf" in use_bundled_fonts(partial) and use_bundled_fonts(partial) == []
+    assert partial.findfont("STIXGeneral", fallback_to_default=False).endswith("STIXGeneral.ttf")
 
 
 def test_quiet_silences_speculators_loader_and_nests(tmp_path):
