@@ -2,7 +2,8 @@
 
 speculators logs (through loguru, with terminal colours) every file its weight loader looks for, and transformers
 and torch warn about things that are expected here (a missing ``model.safetensors.index.json``, a deprecated
-argument inside speculators) and draw progress bars for sub-second loads. Every loader in eagle3kit builds models
+argument inside speculators) and draw progress bars for sub-second loads; speculators' token counter draws its own
+tqdm bar on stderr (a text bar in a notebook). Every loader in eagle3kit builds models
 inside :func:`quiet`; warnings a user can act on are raised by eagle3kit itself, in plain words.
 """
 
@@ -11,14 +12,17 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from functools import partial
 
 from loguru import logger
 from transformers.utils import logging as hf_logging
 
 QUIET_LOGGERS = ("speculators",)  # loguru names (and standard logging's: its data pipeline) that only narrate
+QUIET_BARS = ("speculators.train.vocab_mapping",)  # modules whose own ``tqdm`` draws a bar for sub-second work
 
 
 class _Silencer:
@@ -31,6 +35,7 @@ class _Silencer:
         self.verbosity = hf_logging.WARNING
         self.bars = True
         self.levels: dict[str, int] = {}
+        self.tqdms: dict[str, object] = {}
 
     def enter(self) -> None:
         with self.lock:
@@ -42,6 +47,10 @@ class _Silencer:
                     logging.getLogger(name).setLevel(logging.ERROR)
                 hf_logging.set_verbosity_error()
                 hf_logging.disable_progress_bar()
+                for name in QUIET_BARS:  # only those imported: their `from tqdm import tqdm` name, bar off
+                    if (module := sys.modules.get(name)) is not None and hasattr(module, "tqdm"):
+                        self.tqdms[name] = module.tqdm
+                        module.tqdm = partial(module.tqdm, disable=True)
             self.depth += 1
 
     def exit(self) -> None:
@@ -51,6 +60,9 @@ class _Silencer:
                 hf_logging.set_verbosity(self.verbosity)
                 if self.bars:
                     hf_logging.enable_progress_bar()
+                for name, bar in self.tqdms.items():
+                    sys.modules[name].tqdm = bar
+                self.tqdms.clear()
                 for name in QUIET_LOGGERS:
                     logger.enable(name)
                     logging.getLogger(name).setLevel(self.levels.get(name, logging.NOTSET))
@@ -61,8 +73,8 @@ _SILENCER = _Silencer()
 
 @contextlib.contextmanager
 def quiet(stdout: bool = False) -> Iterator[None]:
-    """Silence speculators' loguru lines, transformers' info/warnings/progress bars and Python warnings inside the
-    block (nested blocks are fine).
+    """Silence speculators' loguru lines and its token counter's bar, transformers' info/warnings/progress bars and
+    Python warnings inside the block (nested blocks are fine). eagle3kit's own bars (long work) are not touched.
 
     ``stdout=True`` also swallows what library code prints (speculators' config helpers print their choices).
     """

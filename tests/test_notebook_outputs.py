@@ -144,6 +144,20 @@ def test_quiet_silences_speculators_loader_and_nests(tmp_path):
         logger.remove(sink)
 
 
+def test_speculators_token_counter_draws_no_bar_inside_quiet(tmp_path, capsys):
+    from speculators.train import vocab_mapping
+
+    from eagle3kit.data.vocab import load_token_freq, save_token_freq
+
+    rows = [{"input_ids": torch.tensor([5, 6, 7]), "loss_mask": torch.tensor([0, 1, 1])}]
+    vocab_mapping.save_token_frequency_distribution(rows, tmp_path / "outside.pt")
+    assert "Counting token frequencies" in capsys.readouterr().err  # speculators' bar, on stderr
+    save_token_freq(rows, tmp_path)
+    assert capsys.readouterr().err == "" and load_token_freq(tmp_path) == {6: 1, 7: 1}
+    vocab_mapping.save_token_frequency_distribution(rows, tmp_path / "after.pt")
+    assert "Counting token frequencies" in capsys.readouterr().err  # the bar is back once the block ends
+
+
 def test_quiet_stdout_swallows_prints_only_when_asked(capsys):
     with quiet(stdout=True):
         print("speculators' config helper narrates")

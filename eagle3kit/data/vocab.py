@@ -16,6 +16,7 @@ from speculators.models.eagle3 import Eagle3DraftModel
 from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution, save_token_frequency_distribution
 
 from eagle3kit.atomic import atomic_file
+from eagle3kit.logs import quiet
 from eagle3kit.data.directory import as_data_dir
 from eagle3kit.draft.config import DraftBuild
 from eagle3kit.draft.model import build_model
@@ -23,9 +24,9 @@ from eagle3kit.draft.model import build_model
 
 
 def save_token_freq(dataset, data_dir: str | os.PathLike) -> Path:
-    """Count assistant tokens (loss_mask == 1) with speculators' counter; written atomically."""
+    """Count assistant tokens (loss_mask == 1) with speculators' counter (its bar off); written atomically."""
     target = as_data_dir(data_dir).token_freq_path
-    with atomic_file(target) as tmp:
+    with atomic_file(target) as tmp, quiet():
         tmp.unlink()  # speculators reuses an existing file without recounting
         save_token_frequency_distribution(dataset, tmp)
     return target
