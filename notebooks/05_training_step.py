@@ -205,12 +205,13 @@ print(type(loaded).__name__, "loaded from", exported, "- fc weights equal:",
 # ## The same run on N GPUs, through speculators' own trainer
 #
 # The run becomes a speculators `TrainConfig` YAML, validated by speculators itself; every value that defines it is
-# written out. The table says where eagle3kit's value differs from the `speculators train` default and why. The command
-# runs it with `torchrun` (add `--fsdp-shard` to shard with FSDP2).
+# written out. Below: the YAML's head and its path, the command, and a table of every field the YAML sets, saying where
+# eagle3kit's value differs from the `speculators train` default and why. The command runs it with `torchrun` (add
+# `--fsdp-shard` to shard with FSDP2).
 
 # %%
 plan = launch.write_plan(session.build, session.settings, data, workdir / "launch_05", n_gpus=n_gpus)
-print(plan.yaml)
+print(plan.head())
 print(plan.command)
 launch.explain_plan(plan)
 

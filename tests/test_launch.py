@@ -36,6 +36,9 @@ def test_yaml_is_speculators_train_config(build, tiny_data, tmp_path):
     assert yaml.safe_load(plan.yaml)["train"]["draft"]["norm_before_fc"] is True
     assert plan.command.startswith("torchrun --standalone --nproc_per_node=4 -m speculators.train --config ")
     assert plan.command.endswith("--fsdp-shard")
+    head, lines = plan.head(12).splitlines(), plan.yaml.splitlines()  # a notebook's view: a head, not a wall
+    assert head[:12] == lines[:12] and head[12] == f"… {len(lines) - 12} more lines in {plan.yaml_path}"
+    assert plan.head(len(lines)) == plan.yaml.rstrip("\n")
     table = launch.explain_plan(plan)
     differs = set(table.loc[table["differs"] == "yes", "field"])
     assert {"optimizer", "total_seq_len", "seed"} <= differs

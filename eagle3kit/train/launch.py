@@ -81,6 +81,12 @@ class LaunchPlan:
     def yaml(self) -> str:
         return self.yaml_path.read_text()
 
+    def head(self, lines: int = 12) -> str:
+        """The YAML's first ``lines`` lines and where the rest is (:func:`explain_plan` lists every field)."""
+        text = self.yaml.splitlines()
+        rest = len(text) - lines
+        return "\n".join(text[:lines] + ([f"… {rest} more lines in {self.yaml_path}"] if rest > 0 else []))
+
     @property
     def command(self) -> str:
         return torchrun_command(self.yaml_path, self.n_gpus, self.fsdp, self.nodes, self.rdzv_endpoint)
