@@ -65,7 +65,7 @@ def show_figures_as_png(shell: Any = None) -> bool:
     from IPython.core.pylabtools import print_figure
     from matplotlib.figure import Figure
 
-    use_bundled_fonts()
+    use_bundled_fonts()  # also under ``%matplotlib inline`` (its printer returns early below)
 
     printers = [formatter.ipython_display_formatter]  # ipympl / nbagg show Figures as widgets there
     printers += [formatter.formatters[m] for m in IMAGE_FORMATS if m in formatter.formatters]
