@@ -96,8 +96,17 @@ mask_plots.plot_layout_thumbnail(mask.document_ids, ttt_steps, mask=mask)
 # ## Token level: every TTT step's keys side by side
 #
 # Each panel is one block of `total_seq_len` keys: the step-0 keys (causal within each document) and then the keys
-# added at each TTT step (a lone diagonal). Red lines: document boundaries; grey: padding. Long views are aggregated
-# tile by tile (fraction of attended pairs per pixel); zoomed views are exact, with the 128-token block grid dotted.
+# added at each TTT step. Red lines: document boundaries; grey: padding.
+#
+# **Why a TTT block holds only a diagonal.** At step *s* the draft guesses the token at each position *q* again, from
+# its own guess of step *s − 1* at that same position. Everything else query *q* may see (the earlier tokens of its
+# document) is already in the first block of keys, so the new block adds one key per query: the draft's own earlier
+# guess at *q*, i.e. the diagonal.
+#
+# Full-length views are aggregated tile by tile: a pixel shows the fraction of attended pairs in its tile (power
+# scale). A diagonal fills only 1/tile of each tile it crosses, so any tile holding an attended pair is drawn at least
+# at the 20 % shade (the colour bar says so) and stays visible. Zoomed views are exact, with the 128-token block grid
+# dotted.
 
 # %%
 mask_plots.plot_token_mask(mask)
@@ -110,15 +119,14 @@ mask_plots.plot_token_mask(mask, region=zoom)
 # %% [markdown]
 # ## Each TTT step's mask
 #
-# Step *s* attends to `(s + 1) × total_seq_len` keys: the previous step's mask plus one more block of keys. The stats
-# show what that costs: the attended pairs grow by exactly `total_seq_len` per step (the diagonal), the dense masks
-# grow by a full `total_seq_len²`, the BlockMask by one block per query block.
+# Step *s* attends to `(s + 1) × total_seq_len` keys: the previous step's mask plus one more block of keys. The next
+# section's charts show what that costs: the attended pairs grow by exactly `total_seq_len` per step (the diagonal),
+# the dense masks grow by a full `total_seq_len²`, the BlockMask by one block per query block.
 
 # %%
 for step in range(ttt_steps):
     display(mask_plots.plot_token_mask(mask, region=zoom, step=step, max_pixels=192))
-table = stats(mask)
-table
+table = stats(mask)  # what plot_stats draws below (and the summary's sparsity)
 
 # %% [markdown]
 # ## Block level: what flex attention actually skips
@@ -197,7 +205,6 @@ display(explorer.widget)
 
 # %%
 print(explorer.status.value)
-explorer.figure  # the explorer's current figure (also what a headless run records)
 
 # %%
 record_summary(workdir, "03", documents=len(packed), total_seq_len=total_seq_len,

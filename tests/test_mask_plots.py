@@ -36,7 +36,8 @@ def test_token_heatmap_panels_show_the_tile_fractions(mask):
     tile = mask_plots.choose_tile(640, 640, 160)
     assert tile == 4
     for copy, ax in enumerate(panels):
-        expected = mask.fractions(-1, (0, 640, copy * 640, (copy + 1) * 640), tile).numpy()
+        frac = mask.fractions(-1, (0, 640, copy * 640, (copy + 1) * 640), tile).numpy()
+        expected = np.where(frac > 0, np.maximum(frac, mask_plots.FLOOR), 0)  # any attended pair: at least FLOOR
         np.testing.assert_allclose(_image(ax), expected)
     assert len(panels[0].collections) > 0  # boundary lines were drawn
 
@@ -59,6 +60,43 @@ def test_block_map_and_stats_panel(mask):
     assert len(fig.axes[0].patches) == 3 and len(fig.axes[1].patches) == 9
 
 
+def test_stats_bars_start_at_zero_and_carry_their_own_values(mask):
+    from eagle3kit.masks.stats import stats
+
+    table = stats(mask)
+    left, right = mask_plots.plot_stats(mask, table).axes
+    assert left.get_ylim()[0] == 0  # a sparsity axis from 83 % made 93 % look like a third of 98 %
+    assert [t.get_text() for t in left.texts] == [f"{v:.1%}" for v in table["sparsity"]]  # not the pair counts
+    labels = [t.get_text() for t in right.texts]
+    assert len(labels) == 9 and labels[0] == mask_plots._bytes(table["blockmask_bytes"].iloc[0])
+    assert labels[-1].endswith("MB") or labels[-1].endswith("KB")
+
+
+@pytest.fixture(scope="module")
+def full_length():
+    return build_mask([310, 520, 95, 700, 240, 410, 150, 330], 3072, ttt_steps=3)
+
+
+def test_full_length_views_keep_the_ttt_diagonals_visible(full_length):
+    fig = mask_plots.plot_token_mask(full_length)
+    panels = [ax for ax in fig.axes if ax.get_images() and ax.get_title()]
+    for ax in panels[1:]:  # the TTT blocks: one attended pair per query, 1/tile of each diagonal tile
+        image = ax.get_images()[0]
+        shades = np.asarray(image.norm(image.get_array()))
+        diagonal = np.diagonal(shades)
+        assert (diagonal >= 0.5).all(), diagonal.min()  # a mid shade or darker, not a near-white 1/tile
+        assert (shades[np.triu_indices_from(shades, 2)] == 0).all()  # empty tiles stay empty
+        height_px = ax.get_position().height * fig.get_figheight() * fig.dpi
+        assert shades.shape[0] <= height_px  # no image row dropped when drawn (a one-tile line would break up)
+        assert not any(c.get_linestyle()[0][1] for c in ax.collections)  # no dotted block grid over it
+    strip, ax = mask_plots.plot_layout_thumbnail(full_length.document_ids, 3, mask=full_length).axes
+    image = ax.get_images()[0]
+    shades = np.asarray(image.norm(image.get_array()))
+    tiles = shades.shape[0]
+    for copy in (1, 2):
+        assert (np.diagonal(shades[:, copy * tiles:(copy + 1) * tiles]) >= 0.5).all()
+
+
 def test_layout_thumbnail_from_a_collator_document_ids_tensor():
     ids = document_ids_from_lengths([100, 250, 30], 512)[None]  # [1, T] as speculators' collator returns it
     fig = mask_plots.plot_layout_thumbnail(ids, ttt_steps=2)
@@ -67,7 +105,8 @@ def test_layout_thumbnail_from_a_collator_document_ids_tensor():
     assert len(strip.collections) == 4 * 2  # three documents and the padding, once per block of keys
     tile = mask_plots.choose_tile(512, 1024, 256)
     assert tile == 4 and _image(ax).shape == (128, 256)
-    np.testing.assert_allclose(_image(ax), build_mask(document_ids=ids, ttt_steps=2).fractions(-1, None, 4).numpy())
+    frac = build_mask(document_ids=ids, ttt_steps=2).fractions(-1, None, 4).numpy()
+    np.testing.assert_allclose(_image(ax), np.where(frac > 0, np.maximum(frac, mask_plots.FLOOR), 0))
     with pytest.raises(MaskInputError, match="multiple of 128"):
         mask_plots.plot_layout_thumbnail(torch.zeros(1, 300, dtype=torch.long), ttt_steps=3)
 

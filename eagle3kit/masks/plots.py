@@ -3,7 +3,10 @@
 Each function returns a Figure and never calls ``plt.show``.
 
 Token heatmaps show the fraction of attended pairs per pixel, computed tile by tile (see ``EagleMask.tile_counts``),
-so a 32k x 3-step mask is drawn without ever holding its dense 32768 x 98304 form.
+so a 32k x 3-step mask is drawn without ever holding its dense 32768 x 98304 form. A TTT block holds one pair per
+query, so at full length its tiles are 1/tile attended: every tile with any attended pair is drawn at least at the
+shade of :data:`FLOOR` (the colour bar says so), and a panel holds no more image rows than it has pixels (a thinner
+line would be dropped or aliased when drawn).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import torch
 from matplotlib.colors import ListedColormap, Normalize, PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from eagle3kit.masks.eagle_mask import BLOCK, EagleMask, build_mask, round_up_to_block
 from eagle3kit.masks.stats import stats
@@ -22,11 +26,25 @@ from eagle3kit.masks.stats import stats
 ATTENDED_CMAP = "Blues"
 BLOCK_COLORS = ("#ffffff", "#f5a623", "#1f5fa8")  # empty, partial, full
 MAX_GRID_LINES = 48  # draw the 128-token block grid only when it is this sparse or sparser
-GAMMA = 0.35  # aggregated tiles: a power scale keeps a lone diagonal (1/tile of a tile) visible
+GAMMA = 0.35  # aggregated tiles: a power scale, so sparse tiles stand apart from empty ones
+FLOOR = 0.2  # aggregated tiles: one holding any attended pair is drawn at least at this fraction's shade
 
 
 def _norm(tile: int):
     return Normalize(0, 1) if tile == 1 else PowerNorm(GAMMA, 0, 1)
+
+
+def shade(counts: torch.Tensor, area: torch.Tensor, tile: int) -> torch.Tensor:
+    """Fraction attended per tile; aggregated (``tile > 1``), a tile with any attended pair is at least :data:`FLOOR`."""
+    frac = counts.double() / area.clamp(min=1)
+    return frac if tile == 1 else torch.where(counts > 0, frac.clamp(min=FLOOR), frac)
+
+
+def _shade_label(tile: int) -> str:
+    if tile == 1:
+        return "attended (1) or masked (0) per token pair"
+    return (f"fraction attended per {tile}x{tile}-token tile\n(power scale; a tile with any attended pair is "
+            f"shown at ≥ {FLOOR:.0%})")
 
 
 def choose_tile(height: int, width: int, max_pixels: int) -> int:
@@ -66,7 +84,7 @@ def _decorate(ax, mask: EagleMask, q: tuple[int, int], kv: tuple[int, int], offs
             ax.axhspan(max(s, q0), min(e, q1), color="0.5", alpha=0.25, lw=0)
         if s + offset < k1 and e + offset > k0:
             ax.axvspan(max(s + offset, k0), min(e + offset, k1), color="0.5", alpha=0.25, lw=0)
-    if (q1 - q0) / BLOCK <= MAX_GRID_LINES and (k1 - k0) / BLOCK <= MAX_GRID_LINES and tile < BLOCK:
+    if (q1 - q0) / BLOCK <= MAX_GRID_LINES and (k1 - k0) / BLOCK <= MAX_GRID_LINES and tile == 1:
         ax.hlines(range(round_up_to_block(q0), q1, BLOCK), k0, k1, colors="0.55", linewidths=0.5, linestyles=":")
         ax.vlines(range(round_up_to_block(k0), k1, BLOCK), q0, q1, colors="0.55", linewidths=0.5, linestyles=":")
 
@@ -84,10 +102,11 @@ def corner(total_seq_len: int, size: int) -> tuple[int, int, int, int]:
 
 
 def plot_token_mask(mask: EagleMask, region: Sequence[int] | None = None, step: int = -1,
-                    max_pixels: int = 512) -> Figure:
+                    max_pixels: int = 256) -> Figure:
     """Token heatmap of TTT step ``step``: one panel per block of keys (the step-0 keys, then one per extension).
 
-    ``region`` = ``(q0, q1, kv0, kv1)`` in step-0 coordinates zooms every panel to the same window.
+    ``region`` = ``(q0, q1, kv0, kv1)`` in step-0 coordinates zooms every panel to the same window. ``max_pixels``:
+    image rows and columns at most (fewer than a panel's pixels at 100 dpi, so no row is dropped when drawn).
     """
     step = mask.step_index(step)
     n = mask.total_seq_len
@@ -100,17 +119,16 @@ def plot_token_mask(mask: EagleMask, region: Sequence[int] | None = None, step: 
     for copy, ax in enumerate(axes):
         offset = copy * n
         counts, area, (sq0, sq1, sk0, sk1) = mask.tile_counts(step, (q0, q1, k0 + offset, k1 + offset), tile)
-        frac = counts.double() / area.clamp(min=1)
-        image = ax.imshow(frac.numpy(), cmap=ATTENDED_CMAP, norm=_norm(tile), interpolation="nearest",
+        image = ax.imshow(shade(counts, area, tile).numpy(), cmap=ATTENDED_CMAP, norm=_norm(tile), interpolation="nearest",
                           aspect="auto", extent=(sk0, sk1, sq1, sq0))
         _decorate(ax, mask, (sq0, sq1), (sk0, sk1), offset, tile)
         title = "step-0 keys: causal & same document" if copy == 0 else f"keys added at TTT step {copy}"
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("key position")
+        ax.xaxis.set_major_locator(MaxNLocator(4))  # narrow panels: four labels that do not run into each other
     axes[0].set_ylabel("query position")
-    what = "token" if tile == 1 else f"{tile}x{tile}-token tile (power scale)"
     bar = fig.add_axes((1 - 0.9 / width, 0.15, 0.12 / width, 0.7))
-    fig.colorbar(image, cax=bar, label=f"fraction attended per {what}")
+    fig.colorbar(image, cax=bar).set_label(_shade_label(tile), fontsize=8)
     fig.suptitle(f"EAGLE-3 mask at TTT step {step}: {n} queries x {mask.kv_len(step)} keys", fontsize=10)
     return fig
 
@@ -134,15 +152,24 @@ def plot_block_map(mask: EagleMask, step: int = -1) -> Figure:
     return fig
 
 
+def _bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}"
+        n /= 1024
+    return ""
+
+
 def plot_stats(mask: EagleMask, table=None) -> Figure:
-    """Sparsity per TTT step and the bytes of the BlockMask beside dense bool (sdpa) / float (eager) masks."""
+    """Sparsity per TTT step (axis from 0 %) and the bytes of the BlockMask beside dense bool (sdpa) / float (eager)
+    masks; each bar is labelled with its own value."""
     table = stats(mask) if table is None else table
-    fig, (left, right) = _figure(9, 3.2, 2, wspace=0.3)
+    fig, (left, right) = _figure(10, 3.4, 2, wspace=0.3)
     steps = table["step"].to_numpy()
-    left.bar(steps, table["sparsity"] * 100, color="#1f5fa8")
-    for x, y, pairs in zip(steps, table["sparsity"] * 100, table["attended_pairs"], strict=True):
-        left.annotate(f"{pairs:,} pairs", (x, y), ha="center", va="bottom", fontsize=7)
-    left.set_ylim(min(90.0, float(table["sparsity"].min()) * 100 - 5), 100.5)
+    bars = left.bar(steps, table["sparsity"] * 100, color="#1f5fa8")
+    left.bar_label(bars, [f"{v:.1%}" for v in table["sparsity"]], fontsize=8)
+    left.set_ylim(0, 110)
+    left.set_yticks(range(0, 101, 20))
     left.set_xticks(steps)
     left.set_xlabel("TTT step")
     left.set_ylabel("masked pairs (%)")
@@ -151,9 +178,10 @@ def plot_stats(mask: EagleMask, table=None) -> Figure:
     for i, (col, label, colour) in enumerate((("blockmask_bytes", "BlockMask (flex)", "#1f5fa8"),
                                               ("dense_bool_bytes", "dense bool (sdpa)", "#f5a623"),
                                               ("dense_float_bytes", "dense bf16 (eager)", "#c0392b"))):
-        right.bar(steps + (i - 1) * width, table[col], width, label=label, color=colour)
+        bars = right.bar(steps + (i - 1) * width, table[col], width, label=label, color=colour)
+        right.bar_label(bars, [_bytes(v) for v in table[col]], fontsize=6, padding=1)
     right.set_yscale("log")
-    right.set_ylim(top=float(table["dense_float_bytes"].max()) * 100)
+    right.set_ylim(top=float(table["dense_float_bytes"].max()) * 1000)
     right.set_xticks(steps)
     right.set_xlabel("TTT step")
     right.set_ylabel("bytes")
@@ -171,7 +199,8 @@ def plot_layout_thumbnail(document_ids: torch.Tensor, ttt_steps: int = 3, slidin
     mask = mask or build_mask(document_ids=document_ids, ttt_steps=ttt_steps, sliding_window=sliding_window)
     n, kv = mask.total_seq_len, mask.kv_len(-1)
     tile = choose_tile(n, kv, max_pixels)
-    frac = mask.fractions(-1, None, tile)
+    counts, area, _ = mask.tile_counts(-1, None, tile)
+    frac = shade(counts, area, tile)
     fig = Figure(figsize=(6, 2.6))
     strip, ax = fig.subplots(2, 1, height_ratios=(1, 6), sharex=True)
     fig.subplots_adjust(left=0.11, right=0.98, bottom=0.17, top=0.9, hspace=0.08)
