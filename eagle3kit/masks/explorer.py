@@ -36,7 +36,7 @@ class MaskExplorer:
     """
 
     def __init__(self, pool: Sequence[int], documents: int = 4, padding: int = 64, ttt_steps: int = 3,
-                 sliding_window: int = 0, max_pixels: int = 384):
+                 sliding_window: int = 0, max_pixels: int = 240):  # 240: a panel's pixels at 80 dpi
         self.pool = [int(n) for n in pool] or [BLOCK]
         self.max_pixels = max_pixels
         self.mask: EagleMask | None = None

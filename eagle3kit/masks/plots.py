@@ -35,7 +35,7 @@ def _norm(tile: int):
 
 
 def shade(counts: torch.Tensor, area: torch.Tensor, tile: int) -> torch.Tensor:
-    """Fraction attended per tile; aggregated (``tile > 1``), a tile with any attended pair is at least :data:`FLOOR`."""
+    """Fraction attended per tile; aggregated (``tile > 1``), a tile with an attended pair at least :data:`FLOOR`."""
     frac = counts.double() / area.clamp(min=1)
     return frac if tile == 1 else torch.where(counts > 0, frac.clamp(min=FLOOR), frac)
 
@@ -119,8 +119,8 @@ def plot_token_mask(mask: EagleMask, region: Sequence[int] | None = None, step: 
     for copy, ax in enumerate(axes):
         offset = copy * n
         counts, area, (sq0, sq1, sk0, sk1) = mask.tile_counts(step, (q0, q1, k0 + offset, k1 + offset), tile)
-        image = ax.imshow(shade(counts, area, tile).numpy(), cmap=ATTENDED_CMAP, norm=_norm(tile), interpolation="nearest",
-                          aspect="auto", extent=(sk0, sk1, sq1, sq0))
+        image = ax.imshow(shade(counts, area, tile).numpy(), cmap=ATTENDED_CMAP, norm=_norm(tile),
+                          interpolation="nearest", aspect="auto", extent=(sk0, sk1, sq1, sq0))
         _decorate(ax, mask, (sq0, sq1), (sk0, sk1), offset, tile)
         title = "step-0 keys: causal & same document" if copy == 0 else f"keys added at TTT step {copy}"
         ax.set_title(title, fontsize=9)
