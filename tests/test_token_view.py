@@ -8,6 +8,7 @@ import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from hypothesis import given, settings
@@ -107,7 +108,20 @@ def test_the_class_table_counts_failures_and_stays_silent_on_absent_classes():
     assert table.loc[token_classes.NUMBER, "share of failures"] == 1.0
     assert table.loc[token_classes.CODE, "targets"] == 0  # no fence: nothing counted as code
     assert table.loc[token_classes.OUTSIDE, "targets"] == 0  # a full-vocab draft: nothing outside it
-    assert "No class has" in token_classes.worst_line(table)  # 2 number targets: too few to name
+    assert "No class the draft can propose has" in token_classes.worst_line(table)  # 2 number targets: too few
+    assert "outside the draft vocab" not in token_classes.worst_line(table)  # silent when nothing lies outside it
+
+
+def test_targets_outside_the_draft_vocab_are_named_as_a_cap_not_as_where_the_draft_fails_most():
+    """Tokens outside the draft vocab always fail (the draft cannot propose them): the sentence names the worst class
+    the draft can propose and gives the outside share beside it (notebook 07's demo: 279 of 984 targets)."""
+    rows = {token_classes.WORD_START: (40, 30), token_classes.NUMBER: (10, 6), token_classes.PUNCTUATION: (20, 10),
+            token_classes.CODE: (0, 0), token_classes.OUTSIDE: (25, 25), token_classes.ALL: (100, 60)}
+    table = pd.DataFrame([{"class": c, "targets": n, "failed": f, "failure rate": f / n if n else float("nan")}
+                          for c, (n, f) in rows.items()]).set_index("class")
+    line = token_classes.worst_line(table)
+    assert line.startswith("Of what the draft can propose, it fails most on word start tokens: 30 of 40 failed")
+    assert "25 of the 100 targets (25%) lie outside the draft vocab" in line
 
 
 # ----------------------------------------------------------------------------------------------- a real draft

@@ -87,18 +87,23 @@ def class_table(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> 
 
 
 def worst_line(table: pd.DataFrame) -> str:
-    """One sentence from the counts: the class with the highest failure rate among those with at least
-    :data:`MIN_TARGETS` targets, beside the rate over every target."""
+    """One sentence from the counts: the class with the highest failure rate among those the draft can propose and
+    with at least :data:`MIN_TARGETS` targets, beside the rate over every target; then, when some targets lie outside
+    the draft vocab (always failures, by construction), their share, as the cap it is rather than a class to name."""
     total = table.loc[ALL]
     if not total["targets"]:
         return "The draft was asked for no token here (every reply ended before its first round)."
-    rated = table.drop(index=ALL)
+    rated = table.drop(index=[ALL, OUTSIDE])
     rated = rated[rated["targets"] >= MIN_TARGETS]
     overall = (f"over every target, {int(total['failed'])} of {int(total['targets'])} failed "
                f"({total['failure rate']:.0%})")
+    outside = int(table.loc[OUTSIDE, "targets"]) if OUTSIDE in table.index else 0
+    cap = (f" {outside} of the {int(total['targets'])} targets ({outside / total['targets']:.0%}) lie outside the "
+           "draft vocab, which it can never propose: a larger draft vocab (or one counted on data nearer these "
+           "replies) lifts that cap." if outside else "")
     if rated.empty:
-        return f"No class has {MIN_TARGETS} targets yet; {overall}."
+        return f"No class the draft can propose has {MIN_TARGETS} targets yet; {overall}.{cap}"
     name = rated["failure rate"].idxmax()
     row = rated.loc[name]
-    return (f"The draft fails most on {name} tokens: {int(row['failed'])} of {int(row['targets'])} failed "
-            f"({row['failure rate']:.0%}); {overall}.")
+    return (f"Of what the draft can propose, it fails most on {name} tokens: {int(row['failed'])} of "
+            f"{int(row['targets'])} failed ({row['failure rate']:.0%}); {overall}.{cap}")
