@@ -13,6 +13,7 @@ from eagle3kit.evaluate.recipes import Lab, LabRow, read_lab
 from eagle3kit.plan.commands import torchrun_command
 from eagle3kit.runner import read_summary
 
+RUN_YAML = "RUN_YAML"  # a placeholder for the user's $RUN/run.yaml (a shell variable, written unquoted)
 LAUNCH_05 = "launch_05"  # notebook 05's launch folder: its run.yaml is what torchrun runs on the GPUs
 FIRST_STEPS_KEY, RUN_STEPS_KEY, TRAIN_STEPS_KEY = "first_steps", "run_steps", "train_steps"
 
@@ -67,23 +68,49 @@ def buys(s06: dict) -> list[str]:
     return [here, gpu]
 
 
-def why(s06: dict) -> str:
-    """Why τ is what it is, in one sentence, and where the diagnosis is."""
+def why(s06: dict, s04: dict | None = None) -> str:
+    """Why τ is what it is, from the run's own counts: the first draft token's acceptance (every later one needs it),
+    the share of the held-out replies' tokens outside the draft vocab (a cap), the gap between the first guess on
+    training batches and on held-out prompts (memorised replies), and how much data it trained on."""
     acc = s06.get("acceptance_there") or []
-    first = f"{acc[0]:.2f}" if acc else "n/a"
-    return (f"The first draft token is accepted in {first} of rounds (cumulative acceptance at position 1, "
-            f"{s06.get('acceptance_from', 'simulated')}); every later position needs the earlier ones accepted, so "
-            "τ stays near 1 until that first guess is right. The draft is small and trained for minutes on a few "
-            "hundred conversations: notebook 07 shows which tokens it misses (by class) and how τ moves with the "
-            "context's length.")
+    parts = []
+    if acc:
+        terms = " + ".join(f"{a:.2f}" for a in acc)
+        parts.append(f"The first draft token is accepted in {acc[0]:.2f} of rounds ({s06.get('acceptance_from')}); "
+                     "every later draft token needs the ones before it accepted, and τ − 1 is the sum of these "
+                     f"cumulative shares ({terms} = {sum(acc):.2f}), so the first one sets the scale.")
+    outside = s06.get("outside_vocab_share")
+    if outside:
+        parts.append(f"{outside:.0%} of the held-out replies' tokens lie outside the draft's vocabulary, which it "
+                     "can never propose: a cap that only a larger `draft_vocab_size`, or one counted on data nearer "
+                     "these replies, lifts.")
+    trained_acc = s06.get("train_full_acc_0")
+    if trained_acc is not None and acc:
+        samples = s06.get("training_samples") or (s04 or {}).get("samples")
+        on = f" on {samples} training conversations" if samples else ""
+        parts.append(f"On its last training batch the draft's first guess is right {trained_acc:.2f} of the time, "
+                     f"against {acc[0]:.2f} on held-out prompts: trained {s06.get('train_steps_total')} steps{on}, it "
+                     "has learnt its training replies better than the language; more conversations close that gap "
+                     "(the lab's frontier below).")
+    parts.append("Notebook 07 shows which tokens it misses, by class, and how τ moves with the context's length.")
+    return " ".join(parts)
+
+
+def recipe_of(row: LabRow, lab: Lab) -> dict[str, object]:
+    """The data and training settings of the preset the lab made from ``row`` (its ``context``), empty if none."""
+    for made in lab.context.values():
+        if isinstance(made, dict) and made.get("recipe") == row.name:
+            return {**made.get("data", {}), **made.get("train", {})}
+    return {}
 
 
 def conversations(row: LabRow, lab: Lab) -> int | None:
-    """The conversations a lab row trained on: stated in its description, else the demo's."""
+    """The conversations a lab row trained on: stated in its description, else its preset's, else the demo's."""
     found = re.search(r"(\d+) conversations", row.what)
     if found:
         return int(found.group(1))
-    return lab.context.get("demo", {}).get("data", {}).get("n_conversations")
+    return recipe_of(row, lab).get("n_conversations") or lab.context.get("demo", {}).get("data", {}).get(
+        "n_conversations")
 
 
 def frontier_table(lab: Lab, minutes: float | None = None, tau: float | None = None, on: str = "held-out") -> str:
@@ -105,9 +132,32 @@ def set_options(row: LabRow, lab: Lab) -> str:
     between notebook 05 (``first_steps`` + ``run_steps``) and notebook 06 (``train_steps``) as the demo splits them."""
     first = int(presets.parameters("demo", "05").get(FIRST_STEPS_KEY, 1))
     in_05 = row.steps // 2
+    packs = recipe_of(row, lab).get("total_seq_len")
     options = {"n_conversations": conversations(row, lab), "max_steps": row.steps,
-               RUN_STEPS_KEY: max(1, in_05 - first), TRAIN_STEPS_KEY: row.steps - in_05}
+               RUN_STEPS_KEY: max(1, in_05 - first), TRAIN_STEPS_KEY: row.steps - in_05,
+               "total_seq_len": packs if packs != presets.parameters("demo", "05").get("total_seq_len",
+                                                                                     _default_packs()) else None}
     return " ".join(f"--set {k}={v}" for k, v in options.items() if v is not None)
+
+
+def _default_packs() -> int:
+    from eagle3kit.train.session import TrainSettings
+
+    return TrainSettings().total_seq_len
+
+
+def reaches(lab: Lab, tau: float | None, on: str = "held-out") -> str:
+    """How many of the lab's CPU minutes the best recipe needed to reach ``tau`` (the break-even), or that it did not
+    within the frontier's longest budget."""
+    if tau is None or not lab.frontier:
+        return ""
+    rows = sorted((r for r in lab.frontier if on in r.tau), key=lambda r: r.minutes)
+    hit = next((r for r in rows if r.tau[on].mean >= tau), None)
+    if hit:
+        return (f"The lab's best recipe reached τ {tau:.2f}, where the planned GPU run pays, at {hit.minutes:.1f} CPU "
+                "minutes.")
+    return (f"Within the lab's {rows[-1].minutes:.0f} CPU minutes the best recipe did not reach τ {tau:.2f}, where the "
+            f"planned GPU run pays (it reached {rows[-1].tau[on].mean:.2f}); longer budgets were not measured.")
 
 
 def preset_changes(preset: str = "full", base: str = "demo") -> dict[str, dict[str, object]]:
@@ -134,15 +184,24 @@ def to_change(lab: Lab) -> list[str]:
 
 
 def handoff(workdir: str | os.PathLike, s01: dict, s04: dict, s06: dict, n_gpus: int = 8) -> list[str]:
-    """The GPU hand-off, in order: plan the run, write its YAML, run speculators' trainer under torchrun."""
-    data = s04.get("data_dir", "<data_dir>")
+    """The GPU hand-off for the user's own verifier and conversations, in order: plan, data, doctor, YAML, a
+    rehearsal, speculators' trainer under torchrun, the doctor on its checkpoint, serving. Notebook 05 ran the same
+    launch and rehearsal on this run's SmolLM2 data (its YAML: ``launch_05/run.yaml``)."""
+    verifier, gpu = s06.get("plan_verifier", "llama-3.1-8b"), s06.get("plan_gpu", "H100-80GB")
     yaml = Path(workdir) / LAUNCH_05 / "run.yaml"
-    return [f"`eagle3kit plan --verifier {s06.get('plan_verifier', 'llama-3.1-8b')} --gpu "
-            f"{s06.get('plan_gpu', 'H100-80GB')}`: disk, GPU memory per rank and hours of the real run.",
-            f"`eagle3kit launch --data {data} --out launch --gpus {n_gpus}` (the verifier's data made on the "
-            "cluster, `--cluster-data`): speculators' TrainConfig YAML, checked to fit, and the command.",
-            f"`{torchrun_command(yaml if yaml.exists() else 'launch/run.yaml', n_gpus)}`: speculators' own "
-            "trainer (add `--fsdp-shard` for FSDP2); notebook 05 rehearsed this very command on the CPU."]
+    rehearsed = f" (notebook 05 rehearsed `{yaml}` the same way)" if yaml.exists() else ""
+    return [f"`eagle3kit plan --verifier $VERIFIER --gpu {gpu} --gpus {n_gpus}`: disk, GPU memory per rank and hours "
+            f"before anything runs (this run planned `{verifier}`).",
+            "`eagle3kit data --verifier $VERIFIER --source chats.jsonl --out $DATA`: the verifier's hidden states "
+            "for your conversations, bf16 on a GPU; then `eagle3kit doctor --data $DATA`.",
+            f"`eagle3kit launch --data $DATA --out $RUN --gpus {n_gpus} --gpu {gpu}`: speculators' TrainConfig YAML, "
+            "checked to fit, and the torchrun line.",
+            f"`eagle3kit rehearse --config $RUN/run.yaml --out $RUN/rehearsal --ranks 2 --steps 2 --compare`: a few "
+            f"steps of speculators' own trainer first, beside eagle3kit's session{rehearsed}.",
+            f"`{torchrun_command(RUN_YAML, n_gpus).replace(RUN_YAML, '$RUN/run.yaml')}`: the real run (add "
+            "`--fsdp-shard` for FSDP2).",
+            "`eagle3kit doctor --draft $RUN/checkpoints/checkpoint_best --data $DATA --why-tau`, then "
+            "`vllm serve $RUN/checkpoints/checkpoint_best`."]
 
 
 def conclusion(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
@@ -150,10 +209,11 @@ def conclusion(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
     s01, s04, s06 = (read_summary(workdir, nn) or {} for nn in ("01", "04", "06"))
     lab = lab or read_lab()
     parts = ["## Conclusion", "**The verdict.** " + " ".join(headline(s06)),
-             "**What it buys.** " + " ".join(buys(s06)), "**Why it is what it is.** " + why(s06),
+             "**What it buys.** " + " ".join(buys(s06)), "**Why it is what it is.** " + why(s06, s04),
              "**What more minutes buy** (the recipe lab's best recipe at each budget, measured on this verifier at "
              "CPU scale; a GPU run lands elsewhere):", frontier_table(lab, s06.get("minutes_to_make"),
                                                                       s06.get("tau_trained")),
+             reaches(lab, s06.get("break_even_there")),
              "**What to change.**", "\n".join(f"- {line}" for line in to_change(lab)),
              "**On GPUs.**", "\n".join(f"{i}. {line}" for i, line in enumerate(handoff(workdir, s01, s04, s06), 1))]
     return "\n\n".join(parts)

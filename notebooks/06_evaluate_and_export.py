@@ -72,6 +72,7 @@ from eagle3kit.data.vocab import build_for_data
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate import benchmarks, conventions, export, recipes, round_speed, scores, summary
 from eagle3kit.evaluate.scored import ScoredSet, from_check, write_scored
+from eagle3kit.evaluate.token_classes import draft_vocab_mask, outside_share
 from eagle3kit.evaluate.vllm import compare as vllm_compare
 from eagle3kit.evaluate.vllm.gate import check_in_vllm
 from eagle3kit.notebook import CHECKPOINT_06, DRAFT_06, SCORED_06, continue_or_start, minutes_to_make, setup
@@ -323,7 +324,7 @@ lab = recipes.read_lab()
 print("\n".join(filter(None, [recipes.strongest_lever(lab), recipes.frontier_line(lab.frontier)])))
 if lab.frontier:
     display(recipes.plot_frontier(lab.frontier, here=(run_minutes, sim["trained"].tau), bar=there.break_even,
-                                  before=lab.frontier_before, before_label="before the block-sparse step"))
+                                  before=lab.frontier_before, before_label=recipes.BEFORE_LABEL))
 
 # %%
 speed_line = [vllm_compare.measured_line(vllm, cpu), there.line(where, tau_from)]
@@ -338,7 +339,9 @@ record_summary(workdir, "06", **summary.summary_numbers(sim, real, gate, named),
                minutes_to_make=round(run_minutes, 1), export=str(out), held_out_prompts=len(prompts),
                plan_verifier=plan_verifier, plan_gpu=plan_gpu, serve_batch=serve_batch,
                speedup_predicted_there=round(there.speedup, 3), break_even_there=round(there.break_even, 2),
-               acceptance_there=[round(a, 3) for a in acceptance], acceptance_from=tau_from, closing=speed_line)
+               acceptance_there=[round(a, 3) for a in acceptance], acceptance_from=tau_from, closing=speed_line,
+               train_full_acc_0=round(float(last["full_acc_0"]), 3), training_samples=session.data.n_samples,
+               outside_vocab_share=outside_share(conts, draft_vocab_mask(session.model)))
 
 # %% [markdown]
 # ## Conclusion

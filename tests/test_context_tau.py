@@ -67,3 +67,19 @@ def test_the_doctor_says_it_for_the_draft_that_falls_only(drafts, capsys):
     main(["doctor", "--draft", str(untrained), "--why-tau"])
     said = " ".join(capsys.readouterr().out.split())
     assert FALLS not in said and "holds past the training length" in said
+
+
+def test_a_verdict_on_few_prompts_a_length_says_it_is_a_first_look():
+    """notebook 07's demo measured 2 prompts a length: the sentence keeps its verdict and says how little stands behind
+    it; with the full curve's count a length it says nothing more."""
+    import pandas as pd
+
+    from eagle3kit.evaluate import context_curve
+    from eagle3kit.evaluate.long_context import PER_BUCKET
+
+    def table(prompts: int) -> pd.DataFrame:
+        return pd.DataFrame({"tokens": [256, 1024, 2048], "tau": [1.41, 1.11, 1.22], "prompts": [prompts] * 3})
+
+    few = context_curve.fall(table(2), 1024)
+    assert few.prompts == 2 and "holds past the training length. With 2 prompt(s) a length" in few.describe()
+    assert "first look" not in context_curve.fall(table(PER_BUCKET), 1024).describe()

@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from eagle3kit.evaluate.conventions import TAU_LABEL
+from eagle3kit.evaluate.long_context import PER_BUCKET as FULL_CURVE_PROMPTS
 from eagle3kit.evaluate.scores import PromptScore, summarise
 
 FALL_SHARE = 0.75  # past the training length the draft keeps less than this share of its accepted tokens a round
@@ -63,6 +64,7 @@ class Fall:
     inside_at: int  # the longest length measured within the training length
     past: float  # mean over the prompts of every length measured past it
     past_at: tuple[int, int]  # the shortest and longest of those lengths
+    prompts: int = 0  # the fewest prompts any of those lengths held (0: not counted)
 
     @property
     def falls(self) -> bool:
@@ -76,9 +78,12 @@ class Fall:
     def describe(self) -> str:
         """Both numbers, whether or not τ falls."""
         verdict = "falls" if self.falls else "holds"
+        few = (f" With {self.prompts} prompt(s) a length this is a first look, not a measurement with an interval "
+               f"(`eagle3kit evaluate --bench long-context` takes {FULL_CURVE_PROMPTS} a length)."
+               if 0 < self.prompts < FULL_CURVE_PROMPTS else "")
         return (f"{TAU_LABEL} {self.inside:.2f} at {self.inside_at} tokens of context (within the "
                 f"{self.trained_length} the draft was trained at), {self.past:.2f} at {self._past_lengths}: it "
-                f"{verdict} past the training length.")
+                f"{verdict} past the training length.{few}")
 
     def line(self, sliding_window: int | None = None) -> str:
         """The doctor's sentence when τ falls (empty otherwise): the two lengths, the two τ, what to change."""
@@ -103,4 +108,5 @@ def fall(table: pd.DataFrame, trained_length: int) -> Fall | None:
     a = inside.iloc[-1]
     tau = float((past["tau"] * past["prompts"]).sum() / past["prompts"].sum())
     return Fall(trained_length, float(a["tau"]), int(a["tokens"]), tau,
-                (int(past["tokens"].iloc[0]), int(past["tokens"].iloc[-1])))
+                (int(past["tokens"].iloc[0]), int(past["tokens"].iloc[-1])),
+                int(min(a["prompts"], past["prompts"].min())))

@@ -64,6 +64,15 @@ def draft_vocab_mask(draft):
     return draft.t2d.bool().cpu() if getattr(draft, "use_draft_vocab", False) and draft.t2d is not None else None
 
 
+def outside_share(replies: Sequence[Sequence[int]], in_draft_vocab) -> float | None:
+    """The share of the reply tokens (verifier ids) that the draft vocabulary lacks, None for a full-vocab draft or no
+    tokens: those tokens the draft can never propose, so they cap its acceptance."""
+    tokens = [int(t) for reply in replies for t in reply]
+    if in_draft_vocab is None or not tokens:
+        return None
+    return sum(not bool(in_draft_vocab[t]) for t in tokens) / len(tokens)
+
+
 def reply_classes(view: PromptView, tokenizer, in_draft_vocab=None) -> list[frozenset[str]]:
     """:func:`classes_of` for a view's reply (each token decoded alone)."""
     return classes_of([tokenizer.decode([t]) for t in view.reply], view.reply, in_draft_vocab)
