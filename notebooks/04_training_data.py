@@ -165,14 +165,18 @@ data_plots.plot_hidden_state_norms(data_dir, sample=0)
 #
 # A draft that predicts over a smaller vocabulary is cheaper (its `lm_head` is the largest matrix). `t2d`/`d2t` come
 # from speculators' `build_vocab_mappings_from_distribution` and are saved as `d2t-{N}.npy` / `t2d-{N}.npy`, where
-# `speculators train --draft-vocab-size N` finds them. A small dataset has few distinct tokens, so coverage reaches 1
-# early; real runs use far more data.
+# `speculators train --draft-vocab-size N` finds them. A small dataset has few distinct tokens, so coverage of its own
+# replies reaches 1 early; the held-out replies show what that vocabulary misses on text it was not counted on (a
+# ceiling on τ that notebook 07 counts again). Real runs count the vocabulary on far more data.
 
 # %%
 freq = vocab.load_token_freq(data_dir)
 curve = vocab.coverage_curve(freq)
+held_coverage = vocab.held_out_coverage(data_dir, tokenizer, dvs)
 print(f"{len(freq):,} distinct assistant tokens, {sum(freq.values()):,} in all; "
-      f"coverage at draft vocab {dvs or 'full'}: {info.coverage:.4f}")
+      f"coverage at draft vocab {dvs or 'full'}: {info.coverage:.4f} of the training replies' tokens"
+      + (f", {held_coverage:.4f} of the held-out replies' (the draft can never propose the rest)"
+         if held_coverage is not None else ""))
 data_plots.plot_coverage(curve, dvs)
 
 # %% [markdown]
@@ -223,6 +227,7 @@ print(info.train_command())
 record_summary(workdir, "04", samples=info.n_samples, tokens=info.tokens, assistant_tokens=info.assistant_tokens,
                extraction_tokens_per_s=round(info.tokens_per_s or 0), targets_ok=check["ok"],
                coverage=round(info.coverage, 4), data_dir=str(data_dir),
+               held_out_coverage=None if held_coverage is None else round(held_coverage, 4),
                replies="verifier" if regenerate_tokens else "sharegpt",
                regenerate_tokens_per_s=round(regen.tokens_per_s or 0) if regenerate_tokens else None,
                regenerate_engine=regen.engine if regenerate_tokens else None,

@@ -194,3 +194,20 @@ def test_smollm2_data_as_the_demo_makes_it_is_healthy(smollm2, tmp_path):
 def test_an_all_zero_d2t_is_named(copy):
     d2t_all_zero(copy)  # SafeAILab/EAGLE issue 222: draft id i decodes as verifier id i
     assert named(check_data_dir(copy, "tiny"), "vocab", "error", f"d2t-{VOCAB}.npy does not map")
+
+
+def test_held_out_coverage_counts_the_replies_the_vocab_was_not_counted_on(tiny_data, tmp_path):
+    """The draft vocab is counted on the training replies; on the held-out replies it covers less (the demo's 2048
+    tokens: 0.75), the full vocab covers all, and a folder without held-out conversations has no such number."""
+    from conftest import TINY_DATA_VOCAB
+
+    tok = load_tokenizer("tiny")
+    held = vocab.held_out_coverage(tiny_data, tok, TINY_DATA_VOCAB)
+    t2d = vocab.load_mapping(tiny_data, TINY_DATA_VOCAB, len(tok))[0]
+    ids = [i for turns in conv.read_jsonl(DataDir(tiny_data).path / DataDir.HELD_OUT) for t in turns
+           if t["role"] == "assistant" for i in tok(t["content"], add_special_tokens=False)["input_ids"]]
+    assert held == sum(bool(t2d[i]) for i in ids) / len(ids) and 0 < held < 1
+    assert vocab.held_out_coverage(tiny_data, tok, None) == 1.0
+    bare = shutil.copytree(tiny_data, tmp_path / "no-held-out")
+    (bare / DataDir.HELD_OUT).unlink()
+    assert vocab.held_out_coverage(bare, tok, TINY_DATA_VOCAB) is None
