@@ -121,8 +121,9 @@ mask_plots.plot_token_mask(mask, region=zoom)
 # ## Each TTT step's mask
 #
 # Step *s* attends to `(s + 1) × total_seq_len` keys: the previous step's mask plus one more block of keys. The zoom
-# above is the last TTT step; below, the same zoom at each earlier step. The next section's charts show what that costs: the attended pairs grow by exactly `total_seq_len` per step (the diagonal),
-# the dense masks grow by a full `total_seq_len²`, the BlockMask by one block per query block.
+# above is the last TTT step; below, the same zoom at each earlier step. The next section's charts show what that
+# costs: the attended pairs grow by exactly `total_seq_len` per step (the diagonal), the dense masks grow by a full
+# `total_seq_len²`, the BlockMask by one block per query block.
 
 # %%
 for step in range(ttt_steps - 1):  # the last step is the zoom above

@@ -103,24 +103,24 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 # %% [markdown]
 # ## One step at a time
 #
-# `step()` returns the record of that step. The learning rate follows speculators' schedule (`scheduler_type`, linear
-# by default): a linear warmup, then a linear decay to 0 at the schedule's horizon. The warmup lasts `warmup_steps`
-# steps, by default 1 % of the horizon rounded down. Step *i* of the warmup (counting from 0) runs at
-# `lr * i / warmup_steps`, as in speculators' trainer: with any warmup at all the first step runs at LR 0 and moves no
-# weight, and the full `lr` is reached once the warmup is over; a horizon under 100 steps rounds the warmup down to
-# none, and the first step already runs at `lr`. The cell prints this run's warmup; each row's `lr` is the LR that step
-# used.
+# `step()` returns the record of that step. The learning rate follows speculators' schedule (`scheduler_type`): a
+# linear warmup, then a decay to 0 at the schedule's horizon (linear, or cosine; `"none"` keeps `lr` throughout). The
+# warmup lasts `warmup_steps` steps, by default 1 % of the horizon rounded down. Step *i* of the warmup (counting from
+# 0) runs at `lr * i / warmup_steps`, as in speculators' trainer: with any warmup at all the first step runs at LR 0
+# and moves no weight, and the full `lr` is reached once the warmup is over; a horizon under 100 steps rounds the
+# warmup down to none, and the first step already runs at `lr`. The cell prints this run's warmup; each row's `lr` is
+# the LR that step used.
 #
 # **What to expect at this scale.** The draft is one decoder layer that has seen a few thousand tokens; a real draft
 # sees hundreds of millions. So the loss falls but stays high. How far the accuracy (draft token = verifier token)
 # gets depends on how the draft starts. From speculators' random init (`warm_start_layer = None`) the step-0 accuracy
-# starts near zero and climbs slowly at this scale: the draft has to learn what the verifier already knows. Warm-started from a verifier
-# layer (`warm_start_layer`, e.g. -1: the last one), the draft's layer already computes what the verifier's does; it
-# still starts near zero (the half of its attention that reads token embeddings is random), but within a few dozen
-# steps a real share of the step-0 tokens match, and the later TTT steps trail behind. The Run N cell below prints
-# where this run's accuracy started and where it got. A loss that falls over the first steps is healthy here; a flat,
-# rising or NaN loss is not. Whether the *wiring* is sound is not shown by this loss but by the overfit check at the
-# end: a draft wired right memorises one conversation.
+# starts near zero and climbs slowly at this scale: the draft has to learn what the verifier already knows.
+# Warm-started from a verifier layer (`warm_start_layer`, e.g. -1: the last one), the draft's layer already computes
+# what the verifier's does; it still starts near zero (the half of its attention that reads token embeddings is
+# random), but within a few dozen steps a real share of the step-0 tokens match, and the later TTT steps trail
+# behind. The Run N cell below prints where this run's accuracy started and where it got. A loss that falls over the
+# first steps is healthy here; a flat, rising or NaN loss is not. Whether the *wiring* is sound is not shown by this
+# loss but by the overfit check at the end: a draft wired right memorises one conversation.
 
 # %%
 print(f"warmup: {session.warmup_steps} of {session.total_steps} steps (scheduler {session.settings.scheduler_type})")
