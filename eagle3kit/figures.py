@@ -5,7 +5,9 @@ draws a Figure only once matplotlib's inline backend has registered its printer 
 imported under the inline backend); before that a returned Figure shows as the text ``<Figure size 1100x320 with 3
 Axes>``. :func:`show_figures_as_png` registers IPython's own printer (``IPython.core.pylabtools.print_figure``, what
 ``%matplotlib inline`` registers) on the running shell when none is there; ``eagle3kit/__init__.py`` calls it once.
-:func:`png_bytes` renders a Figure for the widgets' image views.
+:func:`png_bytes` renders a Figure for the widgets' image views. :func:`widget_bundle` / :func:`show_widget` display a
+widget with a static fallback: a notebook saved by papermill keeps no widget state, so a viewer shows the bundle's
+image (the widget's current figure) or its text instead of the widget's ``VBox(children=...`` repr.
 
 Log-scale ticks are drawn with mathtext, which looks for the STIX and Computer Modern fonts matplotlib ships. A font
 cache (``~/.cache/matplotlib/fontlist-*.json``) written by a matplotlib without them lists only the system's fonts,
@@ -48,6 +50,29 @@ def png_bytes(fig: Figure, dpi: int = 80) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
+
+
+WIDGET_NOTE = "interactive: run this cell in JupyterLab to use the controls (a saved notebook keeps no widget state)"
+
+
+def widget_bundle(widget: Any, still: Figure | None = None, note: str = WIDGET_NOTE) -> dict[str, Any]:
+    """``widget``'s display bundle with a static fallback: ``note`` as its text and, given ``still`` (the widget's
+    current figure), that figure as its PNG. A live kernel's front end renders the widget; a saved notebook, without
+    widget state, shows the image or the note."""
+    import base64
+
+    data = dict(widget._repr_mimebundle_())
+    data["text/plain"] = note
+    if still is not None:
+        data["image/png"] = base64.b64encode(png_bytes(still)).decode("ascii")
+    return data
+
+
+def show_widget(widget: Any, still: Figure | None = None, note: str = WIDGET_NOTE) -> None:
+    """Display ``widget`` with the static fallback of :func:`widget_bundle` (use it instead of ``display(widget)``)."""
+    from IPython.display import display
+
+    display(widget_bundle(widget, still, note), raw=True)
 
 
 def show_figures_as_png(shell: Any = None) -> bool:

@@ -98,7 +98,8 @@ plot_idea(build)
 # %%
 draft = build_model(build)
 print(f"built in {time.perf_counter() - t0:.1f}s on {build.device}; verifier at {build.verifier.path}")
-explain.explain(build, draft)
+table_01 = explain.explain(build, draft)
+table_01
 
 # %% [markdown]
 # ## Parameters and memory
@@ -127,12 +128,13 @@ explain.attention_choices()
 #
 # Config-only presets carry the verifier's shape, not its weights. Kimi-K2.5 is a DeepSeek-V3 text model (MLA attention,
 # 61 layers, hidden 7168, vocab 163,840) inside a multimodal wrapper: speculators reads its `text_config`. The draft is
-# built on PyTorch's `meta` device, so its parameter count and memory cost are exact and cost nothing.
+# built on PyTorch's `meta` device, so its parameter count and memory cost are exact and cost nothing. The table lists
+# only the fields whose value differs from the first draft's (its value beside); every other field is the same.
 
 # %%
 kimi = dc.build_config(verifier="kimi-k2.5", ttt_steps=ttt_steps)
 kimi_draft = build_model(kimi)
-display(explain.explain(kimi, kimi_draft))
+display(explain.differences(explain.explain(kimi, kimi_draft), table_01, f"{verifier} draft"))
 explain.memory_footprint(kimi_draft, torch.bfloat16)
 
 # %% [markdown]

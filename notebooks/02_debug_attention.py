@@ -20,6 +20,10 @@
 # job. This notebook replays a real failure step by step, shows the **doctor** predicting each step before it runs,
 # and measures every attention backend on this machine to pick the setting.
 #
+# **The seed failure** is the real failure this project started from: "the seed" is the set of notebooks eagle3kit grew
+# out of, whose user hit the attention failure below, and the doctor's catalogue of failures
+# ([docs/failures.md](../docs/failures.md)) starts from it.
+#
 # The failure, in four steps:
 #
 # 1. A user builds the draft's decoder config by hand and never sets `_attn_implementation`. speculators then builds
@@ -131,7 +135,8 @@ seed_replay.table(steps)
 # packed batch (two documents + padding, `ttt_steps` steps), without and with gradients. The worker runs in a
 # subprocess with a time limit: an exception is an `error` row, a segfault a `crashed` row, a hang a `timeout` row.
 # Δ loss and token agreement compare each cell with eager in the same mode. Two extra cells use a length that is not a
-# multiple of 128.
+# multiple of 128. Beside speculators' backends the probe runs `block_sparse_cpu`: eagle3kit's own CPU attention
+# (`eagle3kit.attention`), which computes only the 128-token blocks the BlockMask keeps, driven by that BlockMask.
 
 # %%
 matrix = probe.probe(verifier=verifier, device=device, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed,
@@ -139,7 +144,7 @@ matrix = probe.probe(verifier=verifier, device=device, seq_len=seq_len, ttt_step
                      draft_vocab_size=draft_vocab_size or None, cache_dir=probe_cache)
 print(f"{matrix.attrs['cached']} of {len(matrix)} cells read back from step 4's run of the same cell and setting "
       "(eagle3kit.doctor.probe.cache)")
-matrix.drop(columns=["loss"])
+probe.shown(matrix)
 
 # %%
 fig = plot_timings(matrix)

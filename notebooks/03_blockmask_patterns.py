@@ -52,6 +52,7 @@ import time
 import pandas as pd
 from IPython.display import display
 
+from eagle3kit.figures import show_widget
 from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.explorer import MaskExplorer
 from eagle3kit.data.layouts import pack, sharegpt_lengths
@@ -119,12 +120,13 @@ mask_plots.plot_token_mask(mask, region=zoom)
 # %% [markdown]
 # ## Each TTT step's mask
 #
-# Step *s* attends to `(s + 1) × total_seq_len` keys: the previous step's mask plus one more block of keys. The next
-# section's charts show what that costs: the attended pairs grow by exactly `total_seq_len` per step (the diagonal),
-# the dense masks grow by a full `total_seq_len²`, the BlockMask by one block per query block.
+# Step *s* attends to `(s + 1) × total_seq_len` keys: the previous step's mask plus one more block of keys. The zoom
+# above is the last TTT step; below, the same zoom at each earlier step. The next section's charts show what that
+# costs: the attended pairs grow by exactly `total_seq_len` per step (the diagonal), the dense masks grow by a full
+# `total_seq_len²`, the BlockMask by one block per query block.
 
 # %%
-for step in range(ttt_steps):
+for step in range(ttt_steps - 1):  # the last step is the zoom above
     display(mask_plots.plot_token_mask(mask, region=zoom, step=step, max_pixels=192))
 table = stats(mask)  # what plot_stats draws below (and the summary's sparsity)
 
@@ -201,7 +203,7 @@ long_fig
 
 # %%
 explorer = MaskExplorer(pool=[min(n, 600) for n in lengths], documents=4, padding=100, ttt_steps=ttt_steps)
-display(explorer.widget)
+show_widget(explorer.widget, explorer.figure)  # a saved notebook shows the explorer's first figure
 
 # %%
 print(explorer.status.value)
@@ -211,3 +213,10 @@ record_summary(workdir, "03", documents=len(packed), total_seq_len=total_seq_len
                sparsity_last_step=round(float(table["sparsity"].iloc[-1]), 4),
                backends_equal=bool(checks["equal_to_flex"].all()), long_seq_len=long_seq_len,
                long_view_s=round(seconds, 1))
+
+# %% [markdown]
+# **What you have now:** the EAGLE-3 mask of a real packed batch, seen at token, block and TTT-step level, and checked
+# to be the same for flex, sdpa and eager. **What to do next:**
+#
+# - notebook 04 builds the training data whose batches get this mask;
+# - `eagle3kit masks --help` draws these figures for your own lengths, outside a notebook.

@@ -58,7 +58,7 @@ from eagle3kit.data.loader import held_out_conversations, make_loader
 from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.data.targets import verify_targets
 from eagle3kit.data import plots as data_plots
-from eagle3kit.data.loss_mask_plot import plot_loss_mask
+from eagle3kit.data.loss_mask_plot import plot_loss_mask, window_start
 from eagle3kit.data import vocab
 from eagle3kit.data.regenerate import SPARE_PROMPTS, regenerate
 from eagle3kit.notebook import DATA, setup
@@ -195,13 +195,15 @@ print(f"{len(loader)} packed batches of {2 * seq_length} tokens")
 data_plots.plot_batch(batch["document_ids"], loss_mask=batch["loss_mask"])
 
 # %% [markdown]
-# The same packed row as text: where one conversation ends and the next begins (blue bars), which tokens are in the
-# loss, and the padding that fills the row to `total_seq_len`. The token ids are those of the *shifted* batch (eagle3's
-# `shift_batch`: the hidden state of token *j* is paired with token *j + 1*), so each row starts one token late.
+# The bar above shows the whole row; below, a window of it as text, around the first place where one conversation ends
+# and the next begins (blue bars): which tokens are in the loss, and where the next document starts (the title says
+# which tokens of the row the window holds). The token ids are those of the *shifted* batch (eagle3's `shift_batch`:
+# the hidden state of token *j* is paired with token *j + 1*), so the row starts one token late.
 
 # %%
-plot_loss_mask(tokenizer, batch["input_ids"][0], batch["loss_mask"][0], batch["document_ids"][0],
-               max_tokens=2 * seq_length, title="one packed batch row: documents, loss mask and padding")
+row = {k: batch[k][0] for k in ("input_ids", "loss_mask", "document_ids")}
+plot_loss_mask(tokenizer, row["input_ids"], row["loss_mask"], row["document_ids"], max_tokens=240,
+               start=window_start(row["document_ids"], 240), title="one packed batch row around a document boundary")
 
 # %% [markdown]
 # ## A mismatch is refused

@@ -59,6 +59,7 @@ import torch
 from eagle3kit.data.directory import DataDir
 from eagle3kit.data.plots import plot_batch
 from eagle3kit.draft.config import DraftSpec
+from eagle3kit.figures import show_widget
 from eagle3kit.logs import quiet
 from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, setup, training_data
 from eagle3kit.runner import record_summary
@@ -66,7 +67,7 @@ from eagle3kit.train import launch
 from eagle3kit.train.checkpoint import CheckpointError, resume_matches, saved_step
 from eagle3kit.train.overfit import overfit, plot_overfit
 from eagle3kit.train.plots import plot_metrics, plot_step
-from eagle3kit.train.session import TrainingDiverged, TrainSession, metric_columns
+from eagle3kit.train.session import TrainingDiverged, TrainSession, step_columns
 from eagle3kit.train.stepper import TrainingStepper
 
 workdir = setup(workdir, seed=seed)
@@ -102,20 +103,30 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 # %% [markdown]
 # ## One step at a time
 #
-# `step()` returns the record of that step. The learning rate follows speculators' linear schedule: a warmup over 1 %
-# of the schedule's steps, then a linear decay. With a schedule this short the warmup rounds to no step at all, so the
-# first step already runs at `lr`; the record's `lr` says what each step used.
+# `step()` returns the record of that step. The learning rate follows speculators' schedule (`scheduler_type`): a
+# linear warmup, then a decay to 0 at the schedule's horizon (linear, or cosine; `"none"` keeps `lr` throughout). The
+# warmup lasts `warmup_steps` steps, by default 1 % of the horizon rounded down. Step *i* of the warmup (counting from
+# 0) runs at `lr * i / warmup_steps`, as in speculators' trainer: with any warmup at all the first step runs at LR 0
+# and moves no weight, and the full `lr` is reached once the warmup is over; a horizon under 100 steps rounds the
+# warmup down to none, and the first step already runs at `lr`. The cell prints this run's warmup; each row's `lr` is
+# the LR that step used.
 #
 # **What to expect at this scale.** The draft is one decoder layer that has seen a few thousand tokens; a real draft
-# sees hundreds of millions. So the loss falls but stays high, and the step-0 accuracy (draft token = verifier token)
-# sits around one token in ten at best. A loss that falls over the first steps is healthy here; a flat, rising or NaN
-# loss is not. Whether the *wiring* is sound is not shown by this loss but by the overfit check at the end: a draft
-# wired right memorises one conversation.
+# sees hundreds of millions. So the loss falls but stays high. How far the accuracy (draft token = verifier token)
+# gets depends on how the draft starts. From speculators' random init (`warm_start_layer = None`) the step-0 accuracy
+# starts near zero and climbs slowly at this scale: the draft has to learn what the verifier already knows.
+# Warm-started from a verifier layer (`warm_start_layer`, e.g. -1: the last one), the draft's layer already computes
+# what the verifier's does; it still starts near zero (the half of its attention that reads token embeddings is
+# random), but within a few dozen steps a real share of the step-0 tokens match, and the later TTT steps trail
+# behind. The Run N cell below prints where this run's accuracy started and where it got. A loss that falls over the
+# first steps is healthy here; a flat, rising or NaN loss is not. Whether the *wiring* is sound is not shown by this
+# loss but by the overfit check at the end: a draft wired right memorises one conversation.
 
 # %%
+print(f"warmup: {session.warmup_steps} of {session.total_steps} steps (scheduler {session.settings.scheduler_type})")
 for _ in range(first_steps):
     record = session.step()
-    print({k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
+display(session.history_frame()[step_columns(session.ttt_steps)].set_index("step").round(4))
 plot_step(record)
 
 # %% [markdown]
@@ -144,14 +155,14 @@ plot_batch(batch["document_ids"], session.ttt_steps, batch["loss_mask"])
 if tau_every:
     print("live:", session.track_tau(tau_every).describe())
 stepper = TrainingStepper(session, n=run_steps)
-display(stepper.widget)
+show_widget(stepper.widget)  # a saved notebook shows a line of text; the figure below is the run's
 stepper.run(run_steps, background=False)
 if stepper.error:
     print("stopped:", stepper.error)
+first, last = session.history[0], session.history[-1]
+print(f"step-0 accuracy: {first['full_acc_0']:.3f} at step {first['step']}, {last['full_acc_0']:.3f} at step "
+      f"{last['step']}")
 plot_metrics(session.history)
-
-# %%
-session.history_frame()[metric_columns(session.ttt_steps) + ["tokens", "seconds", "tokens_per_s", "lr"]].round(4)
 
 # %% [markdown]
 # ## Checkpoint and resume

@@ -76,6 +76,9 @@ def test_explanation_table_explains_every_field():
     assert all(n.startswith(("fc.", "layers.", "norm.", "input_norm.")) for n in trainable), trainable
     assert "_attn_implementation" in table.to_string()  # renders in a terminal
     assert "<table" in table.to_html()  # and in a notebook
+    other = dc.build_config(verifier="tiny", ttt_steps=3, num_layers=2)
+    changed = explain.differences(explain.explain(other, build_model(other)), table, "ttt 4")
+    assert list(changed["field"]) == ["ttt_steps"] and list(changed.iloc[0][["value", "ttt 4"]]) == ["3", "4"]
 
 
 def test_presets_build_on_meta_with_counts():

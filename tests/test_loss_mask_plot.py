@@ -7,7 +7,7 @@ from matplotlib.colors import to_hex
 from matplotlib.patches import Rectangle
 
 from eagle3kit.data import conversations as conv
-from eagle3kit.data.loss_mask_plot import COLORS, plot_loss_mask
+from eagle3kit.data.loss_mask_plot import COLORS, plot_loss_mask, window_start
 from eagle3kit.verifier import load_tokenizer
 
 TURNS = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "It is 4.\nAnything else?"},
@@ -45,6 +45,18 @@ def test_packed_documents_and_padding_are_marked(sample):
     assert labels == ["doc 0", "doc 1"]
     hatched = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and p.get_hatch()]
     assert len(hatched) == 5
+
+
+def test_a_window_around_the_first_boundary_marks_only_real_document_starts(sample):
+    tokenizer, s = sample
+    n = len(s.input_ids)
+    ids, mask, docs = s.input_ids * 3, s.loss_mask * 3, [0] * n + [1] * n + [2] * n
+    start = window_start(docs, 6)
+    assert start == n - 3
+    fig = plot_loss_mask(tokenizer, ids, mask, docs, max_tokens=6, start=start, title="row")
+    labels = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("doc ")]
+    assert labels == ["doc 1"]  # the window starts inside doc 0: no start drawn there
+    assert fig.axes[0].get_title(loc="left") == f"row (tokens {n - 3}-{n + 2} of {3 * n})"
 
 
 def test_mismatched_lengths_are_one_clear_error(sample):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,16 @@ def test_explorer_redraws_when_a_control_changes():
     assert explorer.error is None and explorer.documents.value == 2
 
 
+def test_explorer_shows_a_static_fallback_where_no_widget_state_is_saved():
+    from eagle3kit.figures import WIDGET_NOTE, widget_bundle
+
+    explorer = MaskExplorer([300, 200], documents=2, padding=10, ttt_steps=2)
+    bundle = widget_bundle(explorer.widget, explorer.figure)
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # a live front end renders the widget
+    assert bundle["text/plain"] == WIDGET_NOTE and "VBox" not in bundle["text/plain"]
+    assert base64.b64decode(bundle["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"  # a saved notebook shows its figure
+
+
 def test_parse_lengths():
     assert parse_lengths("300, 512 77") == [300, 512, 77]
     assert parse_lengths("") == []
@@ -157,3 +168,29 @@ def test_notebook_03_declares_the_preset_parameters():
     for preset in presets.NAMES:
         assert set(presets.parameters(preset, "03")) <= declared
     assert {"workdir", "seed", "verifier"} <= declared
+
+
+def _tick_label_collisions(fig: Figure) -> list[tuple[str, str]]:
+    """Pairs of x tick labels, within a panel or across panels, whose boxes overlap once the figure is drawn."""
+    import itertools
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = []
+    for ax in fig.axes:
+        lo, hi = sorted(ax.get_xlim())
+        for tick in ax.xaxis.get_major_ticks():
+            label = tick.label1
+            if label.get_visible() and label.get_text() and lo <= tick.get_loc() <= hi:
+                boxes.append((f"{ax.get_title()}: {label.get_text()}", label.get_window_extent(renderer)))
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+
+
+def test_token_mask_key_tick_labels_do_not_collide():
+    # a zoom whose edges fall on round keys (1750..1950, then 4950..5150): the demo's "1950" ran into "9950"
+    mask = build_mask([1850, 800, 500], 3200, ttt_steps=3)
+    zoom = mask_plots.around(1850, half=100)
+    for region, step in ((None, -1), (zoom, -1), (zoom, 0)):
+        assert _tick_label_collisions(mask_plots.plot_token_mask(mask, region=region, step=step)) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -166,3 +167,11 @@ def test_cached_cells_are_read_back_and_a_changed_setting_runs_again(tmp_path):
     weights = next(copy.glob("*.safetensors"))
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # the weights rewritten
     assert not probe.run_cells(replay[:1], str(copy), "cpu", progress=False, cache_dir=cache)[0].get("cached")
+
+
+def test_shown_drops_the_raw_loss_and_the_empty_columns():
+    from eagle3kit.doctor.probe.matrix import shown
+
+    frame = pd.DataFrame({"backend": ["eager", "sdpa"], "loss": [1.0, 1.0], "peak_bytes": [None, None],
+                          "seconds": [0.1, None]})
+    assert list(shown(frame).columns) == ["backend", "seconds"]

@@ -25,7 +25,7 @@ from eagle3kit.device import native_bf16
 from eagle3kit.errors import UserError
 from eagle3kit.presets import NOTEBOOKS, parameters
 from eagle3kit.train.checkpoint import SESSION_FILE, CheckpointError, read_session
-from eagle3kit.train.loop import PlainLoop
+from eagle3kit.train.loop import PlainLoop, make_schedulers, warmup_steps
 from eagle3kit.train.plots import plot_metrics, plot_step
 from eagle3kit.train.session import TrainingDiverged, TrainSession, TrainSettings
 
@@ -298,3 +298,22 @@ def test_a_verifier_name_trains_the_datas_draft_vocab(tiny_data):
     assert session(tiny_data).model.lm_head.out_features == VOCAB
     assert TrainSession(tiny_data, "tiny", progress=False, total_seq_len=SEQ).model.lm_head.out_features == VOCAB
     assert TrainSession(tiny_data, None, progress=False, total_seq_len=SEQ).model.lm_head.out_features == VOCAB
+
+
+def test_warmup_is_one_percent_rounded_down_and_its_first_step_runs_at_lr_zero():
+    from eagle3kit.train.settings import TrainSettings
+
+    assert warmup_steps(TrainSettings(), 99) == 0 and warmup_steps(TrainSettings(), 241) == 2
+    assert warmup_steps(TrainSettings(warmup_steps=5), 241) == 5
+    lrs = []
+    for total in (241, 40):
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-3)
+        (scheduler,) = make_schedulers([optimizer], TrainSettings(), total)
+        seen = []
+        for _ in range(3):  # the LR each step runs at, then the scheduler steps (as train_step)
+            seen.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        lrs.append(seen)
+    assert lrs[0] == pytest.approx([0.0, 5e-4, 1e-3])  # a warmup of 2: LR 0, lr / 2, then lr
+    assert lrs[1][0] == pytest.approx(1e-3)  # no warmup: the first step at lr

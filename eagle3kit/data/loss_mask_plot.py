@@ -34,14 +34,18 @@ def _cells(tokenizer, input_ids: Sequence[int], width: int) -> list[tuple[int, i
 
 def plot_loss_mask(tokenizer, input_ids: Sequence[int], loss_mask: Sequence[int],
                    document_ids: Sequence[int] | None = None, max_tokens: int = 300, width: int = 110,
-                   title: str | None = None) -> Figure:
+                   title: str | None = None, start: int = 0) -> Figure:
     """The tokens of a sample as text, coloured by the loss mask; document starts and padding marked.
 
-    ``input_ids`` / ``loss_mask`` / ``document_ids``: lists or 1-D tensors of one sample or one packed row.
+    ``input_ids`` / ``loss_mask`` / ``document_ids``: lists or 1-D tensors of one sample or one packed row. At most
+    ``max_tokens`` tokens are drawn, from token ``start`` (e.g. :func:`window_start`); the title says which.
     """
-    ids = [int(t) for t in input_ids][:max_tokens]
-    mask = [int(m) for m in loss_mask][: len(ids)]
-    docs = [int(d) for d in document_ids][: len(ids)] if document_ids is not None else [0] * len(ids)
+    start = max(0, min(int(start), len(input_ids) - 1)) if len(input_ids) else 0
+    ids = [int(t) for t in input_ids][start:start + max_tokens]
+    mask = [int(m) for m in loss_mask][start:start + len(ids)]
+    all_docs = [int(d) for d in document_ids] if document_ids is not None else [0] * len(input_ids)
+    docs = all_docs[start:start + len(ids)]
+    before = all_docs[start - 1] if start else None  # the document of the token before the window
     if len(mask) != len(ids) or len(docs) != len(ids):
         raise ValueError(f"input_ids ({len(ids)}), loss_mask ({len(mask)}) and document_ids must be equally long; "
                          "pass the same sample's three sequences.")
@@ -58,12 +62,14 @@ def plot_loss_mask(tokenizer, input_ids: Sequence[int], loss_mask: Sequence[int]
                                linewidth=0.5, hatch="///" if kind == "padding" else None))
         ax.text(col + 0.05, row + 0.5, text, fontsize=7, family="monospace", va="center", ha="left",
                 color="#999" if kind == "padding" else "black")
-        if d >= 0 and (i == 0 or docs[i - 1] != d):
+        if d >= 0 and (before if i == 0 else docs[i - 1]) != d:
             ax.plot([col, col], [row, row + 1], color="tab:blue", linewidth=2.5)
             ax.text(col + 0.3, row + 0.12, f"doc {d}", fontsize=5, color="tab:blue", va="bottom")
     supervised = sum(mask)
-    more = f" (first {len(ids)} tokens)" if len(input_ids) > len(ids) else ""
-    ax.set_title(title or f"{supervised} of {len(ids)} tokens train the draft{more}", fontsize=9, loc="left")
+    more = (f" (tokens {start}-{start + len(ids) - 1} of {len(input_ids)})" if start else
+            f" (first {len(ids)} tokens)" if len(input_ids) > len(ids) else "")
+    ax.set_title(f"{title}{more}" if title else f"{supervised} of {len(ids)} tokens train the draft{more}",
+                 fontsize=9, loc="left")
     ax.legend(handles=[Patch(facecolor=COLORS["assistant"], label="assistant: in the loss"),
                        Patch(facecolor=COLORS["context"], label="context: not in the loss"),
                        Patch(facecolor="white", edgecolor="grey", hatch="///", label="padding"),
@@ -71,3 +77,11 @@ def plot_loss_mask(tokenizer, input_ids: Sequence[int], loss_mask: Sequence[int]
               loc="upper right", bbox_to_anchor=(1.0, 0.0), ncol=4, fontsize=7, frameon=False)
     fig.tight_layout()
     return fig
+
+
+def window_start(document_ids: Sequence[int], max_tokens: int) -> int:
+    """Where a window of ``max_tokens`` tokens starts so that it is centred on the row's first document boundary
+    (0 when the row holds one document)."""
+    docs = [int(d) for d in document_ids]
+    boundary = next((i for i in range(1, len(docs)) if docs[i] != docs[i - 1]), 0)
+    return max(0, min(boundary - max_tokens // 2, len(docs) - max_tokens))

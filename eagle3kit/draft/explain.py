@@ -117,6 +117,15 @@ def explain(build: DraftBuild, model: torch.nn.Module | None = None) -> pd.DataF
     return df
 
 
+def differences(table: pd.DataFrame, base: pd.DataFrame, base_name: str = "first draft") -> pd.DataFrame:
+    """The rows of :func:`explain`'s ``table`` whose value differs from ``base``'s (the same field), with ``base``'s
+    value beside it in a ``base_name`` column: a second draft shown as what changes."""
+    before = base.set_index("field")["value"].rename(base_name)
+    merged = table.join(before, on="field")
+    changed = merged[merged["value"] != merged[base_name]]
+    return changed[["field", "value", base_name, "source", "meaning"]].reset_index(drop=True)
+
+
 def _fmt(value) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())

@@ -18,7 +18,6 @@ import torch
 from matplotlib.colors import ListedColormap, Normalize, PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
 
 from eagle3kit.masks.eagle_mask import BLOCK, EagleMask, build_mask, round_up_to_block
 from eagle3kit.masks.stats import stats
@@ -89,6 +88,15 @@ def _decorate(ax, mask: EagleMask, q: tuple[int, int], kv: tuple[int, int], offs
         ax.vlines(range(round_up_to_block(k0), k1, BLOCK), q0, q1, colors="0.55", linewidths=0.5, linestyles=":")
 
 
+def _key_ticks(ax, k0: int, k1: int) -> None:
+    """Three key ticks on a panel: its first key, its middle and its end, the outer labels aligned inwards, so that
+    neither labels within a panel nor those of neighbouring panels run into each other."""
+    ticks = [k0, (k0 + k1) // 2, k1]
+    ax.set_xticks(ticks, [str(t) for t in ticks], fontsize=8)
+    for label, align in zip(ax.get_xticklabels(), ("left", "center", "right"), strict=True):
+        label.set_horizontalalignment(align)
+
+
 def around(position: int, half: int = 96) -> tuple[int, int, int, int]:
     """A ``region`` for :func:`plot_token_mask`: ``half`` tokens either side of ``position``, queries and keys."""
     lo = max(0, position - half)
@@ -125,7 +133,7 @@ def plot_token_mask(mask: EagleMask, region: Sequence[int] | None = None, step: 
         title = "step-0 keys: causal & same document" if copy == 0 else f"keys added at TTT step {copy}"
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("key position")
-        ax.xaxis.set_major_locator(MaxNLocator(4))  # narrow panels: four labels that do not run into each other
+        _key_ticks(ax, sk0, sk1)
     axes[0].set_ylabel("query position")
     bar = fig.add_axes((1 - 0.9 / width, 0.15, 0.12 / width, 0.7))
     fig.colorbar(image, cax=bar).set_label(_shade_label(tile), fontsize=8)

@@ -54,11 +54,17 @@ def make_optimizers(model: torch.nn.Module, settings: Any) -> list[torch.optim.O
     return build_optimizers(model, optimizer_args(settings))
 
 
+def warmup_steps(settings: Any, total: int) -> int:
+    """The warmup's length in steps: ``settings.warmup_steps``, else 1 % of the horizon rounded down (as speculators).
+    Step ``i`` (from 0) of the warmup runs at ``lr * i / warmup``: with any warmup the first step runs at LR 0."""
+    return settings.warmup_steps if settings.warmup_steps is not None else total // 100
+
+
 def make_schedulers(optimizers: list[torch.optim.Optimizer], settings: Any,
                     total: int) -> list[torch.optim.lr_scheduler.LRScheduler]:
     """One schedule per optimizer, as speculators' Trainer: transformers' linear/cosine warmup (warmup 1% of the
     horizon by default); ``"none"`` keeps the LR constant."""
-    warmup = settings.warmup_steps if settings.warmup_steps is not None else total // 100
+    warmup = warmup_steps(settings, total)
     kind = settings.scheduler_type
     if kind == "linear":
         return [get_linear_schedule_with_warmup(o, warmup, total) for o in optimizers]

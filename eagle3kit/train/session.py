@@ -35,7 +35,8 @@ from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
 from eagle3kit.train.forward import forward_for, resolve_path
 from eagle3kit.train.live_tau import TAU, LiveTau
-from eagle3kit.train.loop import NonFiniteStep, make_optimizers, make_schedulers, optimizer_args, train_step
+from eagle3kit.train.loop import (NonFiniteStep, make_optimizers, make_schedulers, optimizer_args, train_step,
+                                  warmup_steps)
 from eagle3kit.train.settings import TrainSettings
 
 METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators' compute_metrics names them
@@ -44,6 +45,12 @@ METRIC_NAMES = ("loss", "full_acc", "cond_acc")  # per TTT step, as speculators'
 def metric_columns(ttt_steps: int) -> list[str]:
     """A history's metric columns: ``step``, ``loss``, then ``full_acc_k`` and ``cond_acc_k`` for each TTT step."""
     return ["step", "loss"] + [f"{m}_{k}" for m in METRIC_NAMES[1:] for k in range(ttt_steps)]
+
+
+def step_columns(ttt_steps: int) -> list[str]:
+    """The columns that show steps taken one by one: ``step``, ``lr``, ``loss``, ``grad_norm``, ``full_acc_k`` for
+    each TTT step, ``tokens`` and ``seconds``."""
+    return ["step", "lr", "loss", "grad_norm"] + [f"full_acc_{k}" for k in range(ttt_steps)] + ["tokens", "seconds"]
 
 
 class RunComplete(UserError):
@@ -97,6 +104,8 @@ class TrainSession:
         self.optimizers = make_optimizers(self.model, s)  # [AdamW] or [Muon, AdamW], as speculators' Trainer
         self.total_steps = s.max_steps or s.epochs * len(self.batches)
         self.schedulers = make_schedulers(self.optimizers, s, self.total_steps)
+        # steps of linear warmup (0 with scheduler_type "none"): step i of it runs at lr * i / warmup_steps
+        self.warmup_steps = warmup_steps(s, self.total_steps) if s.scheduler_type != "none" else 0
         self.global_step = 0
         self.history: list[dict[str, Any]] = []
         self.last_checkpoint: Path | None = None

@@ -241,3 +241,10 @@ def compare(cells: list[Cell], results: dict[int, dict]) -> pd.DataFrame:
             row["token_agreement"] = sum(a == b for a, b in pairs) / len(pairs)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def shown(matrix: pd.DataFrame, hide: tuple[str, ...] = ("loss",)) -> pd.DataFrame:
+    """The probe's matrix as a notebook shows it: without ``hide`` (the raw loss; ``max_abs_dloss`` compares it with
+    eager) and without the columns empty in every row (``peak_bytes`` off CUDA)."""
+    kept = matrix.drop(columns=[c for c in hide if c in matrix.columns])
+    return kept.loc[:, kept.notna().any(axis=0)]
