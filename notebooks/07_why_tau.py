@@ -61,6 +61,7 @@ from eagle3kit.evaluate.conventions import TAU_CONVENTION
 from eagle3kit.evaluate.fates import same_counts
 from eagle3kit.evaluate.token_page import comparison_table, legend_html, prompt_html, vllm_line
 from eagle3kit.evaluate.token_viewer import SetViews, TokenViewer
+from eagle3kit.figures import show_widget
 from eagle3kit.notebook import scored_by_06, setup
 from eagle3kit.runner import record_summary
 
@@ -119,7 +120,7 @@ else:
 
 # %%
 viewer = TokenViewer(views.labels(), views.view_at, tokenizer, k)
-viewer.widget
+show_widget(viewer.widget)  # a saved notebook shows a line of text; the two replies above are static
 
 # %% [markdown]
 # ## Where the draft fails, by token class
