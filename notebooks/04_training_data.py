@@ -54,7 +54,7 @@ from IPython.display import display
 
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
-from eagle3kit.data.loader import held_out_conversations, make_loader
+from eagle3kit.data.loader import held_out_conversations, held_out_coverage, make_loader
 from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.data.targets import verify_targets
 from eagle3kit.data import plots as data_plots
@@ -172,7 +172,7 @@ data_plots.plot_hidden_state_norms(data_dir, sample=0)
 # %%
 freq = vocab.load_token_freq(data_dir)
 curve = vocab.coverage_curve(freq)
-held_coverage = vocab.held_out_coverage(data_dir, tokenizer, dvs)
+held_coverage = held_out_coverage(data_dir, tokenizer, dvs)
 print(f"{len(freq):,} distinct assistant tokens, {sum(freq.values()):,} in all; "
       f"coverage at draft vocab {dvs or 'full'}: {info.coverage:.4f} of the training replies' tokens"
       + (f", {held_coverage:.4f} of the held-out replies' (the draft can never propose the rest)"

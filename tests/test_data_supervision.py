@@ -14,6 +14,7 @@ from eagle3kit.data import vocab
 from eagle3kit.data.breakages import aux_one_layer_late, d2t_all_zero, last_state_normed
 from eagle3kit.data.dataset import _write_arrow, build_dataset, training_rows
 from eagle3kit.data.directory import MANIFEST, DataDir
+from eagle3kit.data.loader import held_out_coverage
 from eagle3kit.doctor.checks.run import check_data_dir
 from eagle3kit.verifier import load_tokenizer
 
@@ -202,12 +203,12 @@ def test_held_out_coverage_counts_the_replies_the_vocab_was_not_counted_on(tiny_
     from conftest import TINY_DATA_VOCAB
 
     tok = load_tokenizer("tiny")
-    held = vocab.held_out_coverage(tiny_data, tok, TINY_DATA_VOCAB)
+    held = held_out_coverage(tiny_data, tok, TINY_DATA_VOCAB)
     t2d = vocab.load_mapping(tiny_data, TINY_DATA_VOCAB, len(tok))[0]
     ids = [i for turns in conv.read_jsonl(DataDir(tiny_data).path / DataDir.HELD_OUT) for t in turns
            if t["role"] == "assistant" for i in tok(t["content"], add_special_tokens=False)["input_ids"]]
     assert held == sum(bool(t2d[i]) for i in ids) / len(ids) and 0 < held < 1
-    assert vocab.held_out_coverage(tiny_data, tok, None) == 1.0
+    assert held_out_coverage(tiny_data, tok, None) == 1.0
     bare = shutil.copytree(tiny_data, tmp_path / "no-held-out")
     (bare / DataDir.HELD_OUT).unlink()
-    assert vocab.held_out_coverage(bare, tok, TINY_DATA_VOCAB) is None
+    assert held_out_coverage(bare, tok, TINY_DATA_VOCAB) is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 from speculators.models.eagle3.data import shift_batch
 from speculators.train.data import ArrowDataset, CollateFn
@@ -25,6 +26,18 @@ def held_out_conversations(data_dir: str | os.PathLike) -> list[list[dict]]:
     """The held-out conversations (role/content turns) for evaluation."""
     path = Path(data_dir) / DataDir.HELD_OUT
     return conv.read_jsonl(path) if path.exists() and path.stat().st_size else []
+
+
+def held_out_coverage(data_dir: str | os.PathLike, tokenizer, draft_vocab_size: int | None) -> float | None:
+    """Share of the held-out conversations' reply tokens inside the draft vocab (its saved t2d; None without held-out
+    replies): the vocab is counted on the training replies, so this is what the draft can reach on unseen prompts."""
+    t2d_path = as_data_dir(data_dir).mapping_paths(draft_vocab_size)[1] if draft_vocab_size else None
+    t2d = torch.from_numpy(np.load(t2d_path)) if t2d_path is not None and t2d_path.exists() else None
+    replies = [t["content"] for turns in held_out_conversations(data_dir) for t in turns if t["role"] == "assistant"]
+    ids = [i for text in replies for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+    if not ids:
+        return None
+    return 1.0 if t2d is None else sum(bool(t2d[i]) for i in ids) / len(ids)
 
 
 def held_out_prompts(data_dir: str | os.PathLike) -> list[list[dict]]:

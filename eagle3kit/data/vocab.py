@@ -84,20 +84,6 @@ def coverage(token_freq: dict[int, int], t2d: torch.Tensor | None) -> float:
     return sum(c for t, c in token_freq.items() if bool(t2d[t])) / total
 
 
-def held_out_coverage(data_dir: str | os.PathLike, tokenizer, draft_vocab_size: int | None) -> float | None:
-    """Share of the held-out conversations' reply tokens inside the draft vocab (its saved t2d; None without held-out
-    replies): the vocab is counted on the training replies, so this is what the draft can reach on unseen prompts."""
-    from eagle3kit.data.loader import held_out_conversations
-
-    t2d_path = as_data_dir(data_dir).mapping_paths(draft_vocab_size)[1] if draft_vocab_size else None
-    t2d = torch.from_numpy(np.load(t2d_path)) if t2d_path is not None and t2d_path.exists() else None
-    replies = [t["content"] for turns in held_out_conversations(data_dir) for t in turns if t["role"] == "assistant"]
-    ids = [i for text in replies for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
-    if not ids:
-        return None
-    return 1.0 if t2d is None else sum(bool(t2d[i]) for i in ids) / len(ids)
-
-
 def coverage_curve(token_freq: dict[int, int], sizes: list[int] | None = None) -> list[tuple[int, float]]:
     """(draft vocab size, coverage) when the draft keeps the most frequent tokens (speculators' rule)."""
     counts = np.sort(np.fromiter(token_freq.values(), dtype=np.int64))[::-1]
