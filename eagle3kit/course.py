@@ -141,9 +141,8 @@ def set_options(row: LabRow, lab: Lab) -> str:
 
 
 def _default_packs() -> int:
-    from eagle3kit.train.session import TrainSettings
-
-    return TrainSettings().total_seq_len
+    """The typed default of ``total_seq_len`` (what the demo runs when its preset does not set it)."""
+    return int(presets.typed_defaults()["total_seq_len"])
 
 
 def reaches(lab: Lab, tau: float | None, on: str = "held-out") -> str:
