@@ -13,6 +13,7 @@ import torch
 
 from eagle3kit import verifier as vf
 from eagle3kit.assets import AssetMissingError, asset_file
+from eagle3kit.atomic import recover
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,13 +45,15 @@ def test_smollm2_is_the_real_model_and_reloads_fast(smollm2):
     assert load_s < 30  # generous: the cached directory loads in about a second, a conversion takes ~20-40 s
 
 
-def test_smollm2_conversion_is_atomic_and_cached(tmp_path):
-    """Kill a conversion while it writes: no complete-looking directory. Then convert fully and reuse the cache."""
-    env = {**os.environ, "EAGLE3KIT_CACHE": str(tmp_path)}
+def test_smollm2_conversion_is_atomic_and_cached(smollm2, tmp_path):
+    """Kill a conversion while it writes: no complete-looking directory, and the next conversion's first act clears
+    the dead writer's half. The machine's conversion (the ``smollm2`` fixture's, made once) is whole and plain, and
+    another process finds it and converts nothing: no file rewritten, sooner than a conversion reaches its write."""
     code = "from eagle3kit.verifier import convert_smollm2; convert_smollm2()"
     target = tmp_path / "verifiers" / vf.SMOLLM2_DIRNAME
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "EAGLE3KIT_CACHE": str(tmp_path)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if list(target.parent.glob(f".{target.name}.tmp-*")):
@@ -58,20 +61,25 @@ def test_smollm2_conversion_is_atomic_and_cached(tmp_path):
             break
         time.sleep(0.005)
     proc.wait()
+    to_write = time.perf_counter() - t0
     assert proc.returncode != 0, "the conversion finished before it could be killed mid-write"
     assert not target.exists(), "a killed conversion left a directory at the final path"
+    assert list(target.parent.glob(f".{target.name}.tmp-*")), "the killed conversion's half-written directory"
+    recover(target)  # what the next conversion's atomic_dir does first
+    assert not list(target.parent.iterdir())
 
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
-    first = time.perf_counter() - t0
-    assert vf._complete(target)
+    cached = Path(smollm2.path)
+    assert vf._complete(cached)
     # no stale {"quant_method": "gguf"}: vLLM serving this directory would look for a .gguf file
-    assert "quantization_config" not in (target / "config.json").read_text()
+    assert "quantization_config" not in (cached / "config.json").read_text()
+    files = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cached.iterdir()}
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
-    second = time.perf_counter() - t0
-    assert second < first, (first, second)  # the second call finds the cache and converts nothing
-    print(f"conversion {first:.1f}s, cached resolve {second:.1f}s (process start included)")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)  # the machine's cache, as above
+    again = time.perf_counter() - t0
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in cached.iterdir()} == files  # converts nothing
+    assert again < to_write, (to_write, again)
+    print(f"a conversion reached its write after {to_write:.1f}s, the cached resolve took {again:.1f}s "
+          "(process start included)")
 
 
 @pytest.mark.parametrize("name,layers,hidden,vocab", [
