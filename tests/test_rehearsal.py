@@ -48,18 +48,18 @@ def test_one_process_trains_like_the_session_step_for_step(one_process, tiny_dat
     names = {p.name for p in run.save_path.iterdir()}
     assert {"0", "checkpoint_best", "epoch0_end", "run.yaml"} <= names
     assert list(run.metrics()["step"]) == [1, 2, 3] and rehearsal_checks.after(run) == []
-    table = compare.side_by_side(run)
+    session = compare.session_for(run)
+    session.run(STEPS)
+    table = compare.side_by_side(run, session)
     summary = compare.summary(table)
     print(f"1 process: {summary}")
     assert len(table) == STEPS * 3 and summary["within"]
     # the comparison can fail: the same run with another seed is another run
-    other = compare.session_for(run)
-    moved = TrainSession(tiny_data, other.build, progress=False, **{**dataclasses.asdict(other.settings), "seed": 1})
+    moved = TrainSession(tiny_data, session.build, progress=False, **{**dataclasses.asdict(session.settings),
+                                                                      "seed": 1})
     moved.run(STEPS)
     assert not compare.side_by_side(run, moved)["within"].all()
     # the session's bf16 export is speculators' checkpoint, tensor for tensor
-    session = compare.session_for(run)
-    session.run(STEPS)
     exported = session.export(tmp_path / "session", dtype="bfloat16")
     same = compare.weights(exported, run.checkpoint())
     assert same.equal and same.tensors >= 10 and same.dtype == "bfloat16", same
@@ -73,24 +73,28 @@ def test_the_checkpoint_is_a_sound_draft_to_the_doctor(one_process, tiny_data, c
     assert code == 0 and "[ERROR]" not in out and "the weights are trained" in out, out
 
 
-def test_two_ranks_ddp_and_fsdp_train_the_same_run_as_the_two_rank_session(run_yaml, tmp_path, capsys):
-    """torchrun with 2 ranks (gloo), without and with --fsdp-shard: equal losses, and the session with each rank's
-    sampler equals both; the one-rank session does not (each step averages two batches)."""
-    ddp = rehearse(run_yaml, tmp_path / "ddp", ranks=2, steps=STEPS, progress=False)
-    fsdp = rehearse(run_yaml, tmp_path / "fsdp", ranks=2, fsdp=True, steps=STEPS, progress=False)
-    assert ddp.ok and fsdp.ok, (ddp.log_tail(), fsdp.log_tail())
-    assert "--nproc_per_node=2" in ddp.command and "--fsdp-shard" in fsdp.command
+def test_two_ranks_ddp_and_fsdp_train_the_same_run_as_the_two_rank_session(preempted, run_yaml, tmp_path, capsys):
+    """torchrun with 2 ranks (gloo), without and with --fsdp-shard (the FSDP run: the preemption's uninterrupted
+    one, 5 steps with a checkpoint after step 2; the DDP run: the same flags): equal losses, and the session with
+    each rank's sampler equals both; the one-rank session does not (each step averages two batches)."""
+    fsdp = preempted.uninterrupted
+    steps = len(fsdp.metrics())
+    ddp = rehearse(run_yaml, tmp_path / "ddp", ranks=2, steps=steps, progress=False,
+                   extra={"checkpoint_freq": fsdp.overrides["checkpoint_freq"]})
+    assert ddp.ok and fsdp.ok and steps == 5, (ddp.log_tail(), fsdp.log_tail())
+    assert "--nproc_per_node=2" in ddp.command and "--fsdp-shard" in fsdp.command and "--fsdp-shard" not in ddp.command
+    assert ddp.overrides == fsdp.overrides  # the same run but for --fsdp-shard
     ttt = 3
     assert compare.max_loss_diff(ddp.metrics(), fsdp.metrics(), ttt) <= compare.ABS + compare.REL * 0.1
     session = compare.session_for(ddp)
-    session.run(STEPS)
+    session.run(steps)
     table = compare.side_by_side(ddp, session)
     print(f"2 ranks: {compare.summary(table)}; fsdp vs ddp "
           f"{compare.max_loss_diff(ddp.metrics(), fsdp.metrics(), ttt)}")
     assert compare.summary(table)["within"] and compare.summary(compare.side_by_side(fsdp, session))["within"]
     one_rank = TrainSession(session.data, session.build, progress=False,
                             **{**dataclasses.asdict(session.settings), "ranks": 1})
-    one_rank.run(STEPS)
+    one_rank.run(steps)
     assert not compare.side_by_side(ddp, one_rank)["within"].all()
 
 
