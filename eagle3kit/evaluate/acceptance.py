@@ -23,13 +23,13 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
-from tqdm.auto import tqdm
 
 from eagle3kit.data.conversations import Conversation, ConversationError
 from eagle3kit.data.generate import greedy_replies
 from eagle3kit.evaluate.benchmarks import cut_user_turn, held_out_set, template_ids
 from eagle3kit.evaluate.decode import aux_hidden_states, greedy_generate, speculative_generate, to_verifier_ids
 from eagle3kit.evaluate.defaults import MAX_PROMPT_TOKENS
+from eagle3kit.progress import tqdm
 
 
 @dataclass
