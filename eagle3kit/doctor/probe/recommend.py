@@ -19,6 +19,7 @@ from eagle3kit.draft.config import resolve_attention, with_attention
 
 
 NOISE_FLOOR = 0.05  # a race closer than this share of the default's seconds is noise on a busy machine
+WARM_UP_SHARE = 0.5  # repeats further apart than this share of their median: the first one paid a compile / warm-up
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,43 @@ def race(matrix: pd.DataFrame, training: bool = True, device: str = "cpu") -> Ra
     spreads = [float(x) for x in (fastest.get("spread"), stays.get("spread")) if x is not None and x == x]
     noise = max([*spreads, NOISE_FLOOR * float(stays.seconds)])
     return Race(str(fastest.backend), default, float(stays.seconds - fastest.seconds), noise)
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """A cell whose repeats lie further apart than :data:`WARM_UP_SHARE` of their median: its first call compiled or
+    warmed up (flex attention compiles its kernel on first use), so its median, of few repeats, carries that cost.
+    ``warm``: another cell of the same mode and length whose backend resolved to the same kernel, faster (it ran
+    after the compile, in the same worker), with its seconds; None where there is none."""
+
+    label: str  # "backend · mode"
+    seconds: float
+    spread: float
+    warm: str | None = None
+    warm_seconds: float | None = None
+
+    def line(self) -> str:
+        said = (f"{self.label}: {self.seconds:.2f} s, its repeats {self.spread:.2f} s apart: the first call pays "
+                "for compiling or warming up")
+        if self.warm is None:
+            return said
+        return f"{said}; the same kernel, run warm as `{self.warm}`, took {self.warm_seconds:.2f} s"
+
+
+def warm_ups(matrix: pd.DataFrame) -> dict[int, WarmUp]:
+    """The cells (by row index) whose first call's cost shows in their median (:class:`WarmUp`)."""
+    if "spread" not in matrix or "resolved" not in matrix:
+        return {}
+    ran = matrix[(matrix.status == "ok") & matrix.seconds.notna() & matrix.spread.notna()]
+    found = {}
+    for i, r in ran[ran.spread > WARM_UP_SHARE * ran.seconds].iterrows():
+        same = ran[(ran.index != i) & (ran.resolved == r.resolved) & (ran["mode"] == r["mode"])
+                   & (ran.seq_len == r.seq_len) & (ran.seconds < r.seconds)]
+        warm = same.sort_values("seconds").iloc[0] if len(same) else None
+        found[int(i)] = WarmUp(f"{r.backend} · {r['mode']}", float(r.seconds), float(r.spread),
+                               None if warm is None else str(warm.backend),
+                               None if warm is None else float(warm.seconds))
+    return found
 
 
 def recommend(matrix: pd.DataFrame, training: bool = True, device: str = "cpu") -> str | None:
