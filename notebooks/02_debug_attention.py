@@ -139,9 +139,9 @@ seed_replay.table(steps)
 # (`eagle3kit.attention`), which computes only the 128-token blocks the BlockMask keeps, driven by that BlockMask.
 #
 # Each cell times `repeats` steps, the first one included, and shows their median. Flex attention compiles its kernel
-# on its first call, so with few repeats a flex cell's median carries that compile: the chart hatches such a cell
-# and, where the same kernel ran warm in another cell (`unset` resolves to it), marks that cell's time with a tick;
-# the line under the chart says both.
+# on its first call, so with few repeats a flex cell's median carries that compile (and on a busy machine any cell
+# can have one slow call). The chart hatches a cell whose repeats lie far apart and, where the same kernel ran warm
+# in another cell (`unset` resolves to it), marks that cell's time with a tick; the line under the chart names each.
 
 # %%
 matrix = probe.probe(verifier=verifier, device=device, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed,

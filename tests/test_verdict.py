@@ -73,8 +73,12 @@ def test_a_median_that_carries_a_first_calls_compile_is_named_with_the_same_kern
     probed = pd.DataFrame(rows, columns=["backend", "mode", "seq_len", "status", "resolved", "seconds", "spread"])
     (index, found), = warm_ups(probed).items()
     assert index == 2 and (found.warm, found.warm_seconds) == ("unset", 0.2)
-    assert "0.90 s apart" in found.line() and "run warm as `unset`, took 0.20 s" in found.line()
-    assert warm_ups(probed.drop(index=4)) == {2: found.__class__(found.label, 1.09, 0.9)}  # no warm twin: said so
+    assert "0.90 s apart: the first call compiles the flex kernel" in found.line()
+    assert "run warm as `unset`, took 0.20 s" in found.line()
+    assert warm_ups(probed.drop(index=4)) == {2: found.__class__(found.label, found.resolved, 1.09, 0.9)}  # no twin
+    busy = probed.assign(seconds=[0.18, 0.4, 0.2, 0.03, 0.2], spread=[0.03, 0.3, 0.01, None, 0.0])
+    (slow,) = warm_ups(busy).values()  # sdpa compiles nothing: a slow call is a warm-up or a busy machine
+    assert slow.label == "sdpa · forward" and not slow.compiles and "busy machine" in slow.line()
     assert warm_ups(matrix()) == {}  # a matrix without the repeats' spread names none
     fig = plot_timings(probed)
     bars = fig.axes[0].patches

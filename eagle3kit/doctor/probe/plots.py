@@ -10,8 +10,8 @@ from eagle3kit.doctor.probe.recommend import warm_ups
 
 def plot_timings(matrix: pd.DataFrame) -> Figure:
     """Horizontal bars of seconds per cell (the median of its repeats); failed cells are labelled with their status
-    instead of a bar. A cell whose median carries its first call's compile or warm-up (:func:`warm_ups`) is hatched,
-    and where the same kernel ran warm in another cell a black tick marks that cell's time on its bar."""
+    instead of a bar. A cell whose repeats lie far apart (:func:`warm_ups`: a flex kernel's first call compiles) is
+    hatched, and where the same kernel ran warm in another cell a black tick marks that cell's time on its bar."""
     warm = warm_ups(matrix)
     fig = Figure(figsize=(9 if warm else 8, 0.9 + 0.32 * len(matrix)))
     ax = fig.subplots()
@@ -25,7 +25,7 @@ def plot_timings(matrix: pd.DataFrame) -> Figure:
         text = f"{r.seconds:.2f}s" if r.status == "ok" else r.status
         if i in warm:
             bar.set(hatch="//", facecolor="none", edgecolor="tab:green")
-            text += " with the first call's compile"
+            text += " with the first call's compile" if warm[i].compiles else " (repeats far apart)"
             if warm[i].warm is not None:
                 ax.plot([warm[i].warm_seconds] * 2, [y - 0.4, y + 0.4], color="black", lw=2)
                 text += f"\nwarm, as {warm[i].warm} (tick): {warm[i].warm_seconds:.2f}s"
@@ -33,7 +33,8 @@ def plot_timings(matrix: pd.DataFrame) -> Figure:
                 color="black" if r.status == "ok" else "tab:red")
     ax.set_yticks(ys, labels, fontsize=8)
     ax.set_xlabel("seconds per draft step (median of the repeats)"
-                  + ("\nhatched: the median includes the first call's compile" if warm else ""))
+                  + ("\nhatched: repeats far apart, the median may be one slow call (a flex kernel's compile, a "
+                     "busy machine)" if warm else ""))
     ax.set_xlim(0, max(secs + [1e-3]) * (1.7 if warm else 1.2))
     ax.set_title("Attention backends on this device (green: ran; red label: failed)")
     fig.tight_layout()

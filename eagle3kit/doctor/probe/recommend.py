@@ -80,20 +80,28 @@ def race(matrix: pd.DataFrame, training: bool = True, device: str = "cpu") -> Ra
 
 @dataclass(frozen=True)
 class WarmUp:
-    """A cell whose repeats lie further apart than :data:`WARM_UP_SHARE` of their median: its first call compiled or
-    warmed up (flex attention compiles its kernel on first use), so its median, of few repeats, carries that cost.
-    ``warm``: another cell of the same mode and length whose backend resolved to the same kernel, faster (it ran
-    after the compile, in the same worker), with its seconds; None where there is none."""
+    """A cell whose repeats lie further apart than :data:`WARM_UP_SHARE` of their median: one call was far slower
+    than the other(s), so a median of few repeats may be that call. A flex kernel (``resolved``) compiles on its first
+    call; any other cell's slow call is a warm-up or a busy machine. ``warm``: another cell of the same mode and length
+    whose backend resolved to the same kernel, faster (it ran after the compile, in the same worker), with its
+    seconds; None where there is none."""
 
     label: str  # "backend · mode"
+    resolved: str
     seconds: float
     spread: float
     warm: str | None = None
     warm_seconds: float | None = None
 
+    @property
+    def compiles(self) -> bool:
+        """Whether the kernel compiles on its first call (flex attention's)."""
+        return "flex" in self.resolved
+
     def line(self) -> str:
-        said = (f"{self.label}: {self.seconds:.2f} s, its repeats {self.spread:.2f} s apart: the first call pays "
-                "for compiling or warming up")
+        why = ("the first call compiles the flex kernel" if self.compiles else
+               "one call was far slower than the other(s): a first call's warm-up, or a busy machine")
+        said = f"{self.label}: {self.seconds:.2f} s, its repeats {self.spread:.2f} s apart: {why}"
         if self.warm is None:
             return said
         return f"{said}; the same kernel, run warm as `{self.warm}`, took {self.warm_seconds:.2f} s"
@@ -109,7 +117,7 @@ def warm_ups(matrix: pd.DataFrame) -> dict[int, WarmUp]:
         same = ran[(ran.index != i) & (ran.resolved == r.resolved) & (ran["mode"] == r["mode"])
                    & (ran.seq_len == r.seq_len) & (ran.seconds < r.seconds)]
         warm = same.sort_values("seconds").iloc[0] if len(same) else None
-        found[int(i)] = WarmUp(f"{r.backend} · {r['mode']}", float(r.seconds), float(r.spread),
+        found[int(i)] = WarmUp(f"{r.backend} · {r['mode']}", str(r.resolved), float(r.seconds), float(r.spread),
                                None if warm is None else str(warm.backend),
                                None if warm is None else float(warm.seconds))
     return found
