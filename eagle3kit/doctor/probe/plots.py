@@ -33,8 +33,7 @@ def plot_timings(matrix: pd.DataFrame) -> Figure:
                 color="black" if r.status == "ok" else "tab:red")
     ax.set_yticks(ys, labels, fontsize=8)
     ax.set_xlabel("seconds per draft step (median of the repeats)"
-                  + ("\nhatched: repeats far apart, the median may be one slow call (a flex kernel's compile, a "
-                     "busy machine)" if warm else ""))
+                  + ("\nhatched: repeats far apart (a flex kernel's compile, or a busy machine)" if warm else ""))
     ax.set_xlim(0, max(secs + [1e-3]) * (1.7 if warm else 1.2))
     ax.set_title("Attention backends on this device (green: ran; red label: failed)")
     fig.tight_layout()
