@@ -20,16 +20,20 @@ def plot_side_by_side(table: pd.DataFrame, title: str | None = None) -> Figure:
     left = axes[0]
     colours = {}
     for k, rows in table.groupby("ttt_step"):
-        line, = left.plot(rows["step"], rows["speculators"], label=f"TTT step {k}")
+        line, = left.plot(rows["step"], rows["speculators"], marker=".", label=f"TTT step {k}")
         colours[k] = line.get_color()
-        left.plot(rows["step"], rows["eagle3kit"], "o", mfc="none", color=line.get_color())
+        left.plot(rows["step"], rows["eagle3kit"], "o", mfc="none", ms=9, color=line.get_color())
     left.set(xlabel="step", ylabel="KL loss", title="loss per TTT step")
-    how = [Line2D([], [], color="black", label="speculators' trainer"),
-           Line2D([], [], color="black", marker="o", mfc="none", ls="none", label="TrainSession")]
+    how = [Line2D([], [], color="black", marker=".", label="speculators' trainer"),
+           Line2D([], [], color="black", marker="o", mfc="none", ms=9, ls="none", label="TrainSession")]
     left.legend(handles=[*left.get_legend_handles_labels()[0], *how], fontsize=7, loc="upper left",
                 bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    steps = sorted(table["step"].unique())
     for ax in axes:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if len(steps) <= 12:  # a short rehearsal: every step its tick (one step would get fractional ticks)
+            ax.set_xticks(steps)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     exact = len(table) - len(differ)
     if len(differ):
         right = axes[1]
