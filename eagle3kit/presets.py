@@ -63,7 +63,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     },
     "06": {
         "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_prompts": 2, "max_new_tokens": 24,
-               "max_prompt_tokens": 64, "k": 0, "vllm_check": False, "n_bench_prompts": 8},
+               "max_prompt_tokens": 64, "k": 0, "vllm_check": False, "n_bench_prompts": 8, "tau_every": 2},
         # demo: `make demo` installs vLLM's CPU build first (`make vllm`), so the export is checked in real vLLM, on
         # the 16 held-out prompts and MT-bench's 80 first turns (vLLM's per-request counters; simulating the 80 too is
         # left to `eagle3kit evaluate --bench mt-bench`, its cost in docs/demo.md); the decode loop, one prompt at a

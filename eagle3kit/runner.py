@@ -154,10 +154,13 @@ def run_notebooks(
         try:
             import papermill
 
-            papermill.execute_notebook(
-                str(path), str(target), parameters=params, kernel_name="python3", progress_bar=progress,
-                cwd=str(path.parent),
-            )
+            from eagle3kit.progress import headless_env
+
+            with headless_env():  # no frontend draws the kernel's bars: they would be saved at "0%"
+                papermill.execute_notebook(
+                    str(path), str(target), parameters=params, kernel_name="python3", progress_bar=progress,
+                    cwd=str(path.parent),
+                )
             result = NotebookResult(path.name, "ok", time.perf_counter() - t0)
         except Exception as exc:  # papermill raises PapermillExecutionError; anything else is reported too
             cell, error = _failure(target) if target.exists() else (None, f"{type(exc).__name__}: {exc}")

@@ -73,6 +73,7 @@ from eagle3kit.draft import explain
 from eagle3kit.draft.idea import plot_idea
 from eagle3kit.draft.model import build_model, forward_random
 from eagle3kit.notebook import DRAFT_CONFIG, setup
+from eagle3kit.plan.gpu_plan import DEFAULT_DRAFT_VOCAB as PLAN_DRAFT_VOCAB
 from eagle3kit.runner import record_summary
 
 # %matplotlib inline
@@ -130,11 +131,21 @@ explain.attention_choices()
 # 61 layers, hidden 7168, vocab 163,840) inside a multimodal wrapper: speculators reads its `text_config`. The draft is
 # built on PyTorch's `meta` device, so its parameter count and memory cost are exact and cost nothing. The table lists
 # only the fields whose value differs from the first draft's (its value beside); every other field is the same.
+#
+# Its draft vocabulary is the one the GPU plan below assumes (EAGLE-3's usual, far smaller than Kimi's), so this is
+# the very draft planned there and its frozen count is the plan's. The second table says what "frozen" adds up: the
+# verifier's embedding, which covers Kimi's whole vocabulary, and two heads of the draft vocabulary's rows. Left at
+# speculators' default (the verifier's whole vocabulary) the two heads grow to the embedding's size each; the line
+# under the table gives that count.
 
 # %%
-kimi = dc.build_config(verifier="kimi-k2.5", ttt_steps=ttt_steps)
+kimi = dc.build_config(verifier="kimi-k2.5", ttt_steps=ttt_steps, draft_vocab_size=PLAN_DRAFT_VOCAB)
 kimi_draft = build_model(kimi)
 display(explain.differences(explain.explain(kimi, kimi_draft), table_01, f"{verifier} draft"))
+display(explain.frozen_parts(kimi_draft))
+vocab = kimi.config.transformer_layer_config.vocab_size
+print(f"with the draft vocabulary left at the verifier's {vocab:,} tokens (speculators' default) the frozen count "
+      f"would be {explain.frozen_at(kimi_draft, vocab):,}")
 explain.memory_footprint(kimi_draft, torch.bfloat16)
 
 # %% [markdown]

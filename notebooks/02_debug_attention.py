@@ -57,7 +57,7 @@ from eagle3kit.device import resolve_device
 from eagle3kit.doctor.catalogue.rows import catalogue_frame
 from eagle3kit.doctor.probe.plots import plot_timings
 from eagle3kit.doctor.probe.recommend import (probe_row, recommendation_lines, recommendations, setting_configs,
-                                      settings_table, speed_ratios)
+                                              settings_table, speed_ratios, warm_ups)
 from eagle3kit.notebook import setup
 from eagle3kit.runner import record_summary
 
@@ -137,6 +137,11 @@ seed_replay.table(steps)
 # Δ loss and token agreement compare each cell with eager in the same mode. Two extra cells use a length that is not a
 # multiple of 128. Beside speculators' backends the probe runs `block_sparse_cpu`: eagle3kit's own CPU attention
 # (`eagle3kit.attention`), which computes only the 128-token blocks the BlockMask keeps, driven by that BlockMask.
+#
+# Each cell times `repeats` steps, the first one included, and shows their median. Flex attention compiles its kernel
+# on its first call, so with few repeats a flex cell's median carries that compile (and on a busy machine any cell
+# can have one slow call). The chart hatches a cell whose repeats lie far apart and, where the same kernel ran warm
+# in another cell (`unset` resolves to it), marks that cell's time with a tick; the line under the chart names each.
 
 # %%
 matrix = probe.probe(verifier=verifier, device=device, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed,
@@ -148,6 +153,7 @@ probe.shown(matrix)
 
 # %%
 fig = plot_timings(matrix)
+print("\n".join(w.line() for w in warm_ups(matrix).values()) or "no cell's median carries a first call's compile")
 fig
 
 # %% [markdown]
@@ -166,6 +172,7 @@ settings_table(setting_configs(replay.config), matrix, device=device, seq_len=se
 # equal), the fastest is recommended only when it beats the default (the auto rule's choice, sdpa on a CPU) by more
 # than the noise: the repeats' spread, and at least a few percent on a busy machine. Otherwise both train and the
 # default stays. The `why` line says which. The CUDA recommendation is measured only when this machine has a GPU.
+# The ratios below are the medians of the chart: a hatched cell's ratio includes its first call's compile.
 
 # %%
 speed_ratios(matrix, seq_len)

@@ -80,6 +80,12 @@ dvs = draft_vocab_size or None
 # requests to the same engine, with a server's start and HTTP on top), `"transformers"` its batched loop, which is what
 # runs when vLLM is not installed (`bench/regeneration_engines.py` measures the three). The replies are saved as they
 # come and an interrupted run resumes.
+#
+# Below, two of the verifier's replies as the draft will be trained on them: the first that does not loop and the
+# first that does. A small verifier decoding greedily often falls into a loop, repeating one sentence with a counter
+# that grows ("1. The first step is ... 2. The second step is ..."). That is not a bug in the data: it is what this
+# verifier writes, so it is what the draft must learn to predict (a loop is easy to predict, and a GPU run's larger
+# verifier loops far less). The count says how many of the replies loop.
 
 # %%
 source = None
@@ -89,9 +95,14 @@ if regenerate_tokens:
                        max_new_tokens=regenerate_tokens, max_prompt_tokens=regenerate_prompt_tokens, seed=seed)
     source = regen.path
     display(pd.Series(vars(regen)).to_frame("value"))
-    example = conv.read_jsonl(source)[0]
-    print("USER:", example[-2]["content"][:300])
-    print("VERIFIER:", example[-1]["content"][:300])
+    replies = conv.read_jsonl(source)
+    looping = [conv.loops(r) for r in replies]
+    print(f"{sum(looping)} of {len(replies)} replies loop (more than {conv.LOOP_SHARE:.0%} of their 4-word runs "
+          "repeat an earlier one)")
+    for what, loop in (("the first reply that does not loop", False), ("the first that loops", True)):
+        if loop in looping:
+            example = replies[looping.index(loop)]
+            print(f"\n{what}:\nUSER: {example[-2]['content'][:200]}\nVERIFIER: {example[-1]['content'][:300]}")
 else:
     print("Training on ShareGPT's own replies (set regenerate_tokens > 0 for the verifier's).")
 

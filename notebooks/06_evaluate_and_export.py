@@ -40,6 +40,7 @@
 verifier = "smollm2"        # used when the data has to be built here
 resume_from_05 = True       # continue notebook 05's checkpoint (workdir/checkpoint_05) when it is there
 train_steps = 20            # steps trained in this notebook (on top of notebook 05's)
+tau_every = 10              # every this many steps, τ simulated as in notebook 05 (its prompts; 0: never)
 lr = 1e-3                   # only for a session started here
 warm_start_layer = None     # only for a session started here (see notebook 05)
 total_seq_len = 1024        # only for a session started here
@@ -141,9 +142,13 @@ ev.summary_table(sim, real)
 # ## Train
 #
 # `run(n)` takes `train_steps` more steps of the same session (speculators' forward, loss and metrics; AdamW; the
-# schedule of `speculators train`) and checkpoints at the end.
+# schedule of `speculators train`) and checkpoints at the end. The live τ of notebook 05 goes on: every `tau_every`
+# steps the draft is scored on the same held-out prompts with the same replies, so the τ panel below covers notebook
+# 05's steps and these.
 
 # %%
+if tau_every:
+    print("live:", session.track_tau(tau_every, verifier=verifier_model).describe())
 t0 = time.perf_counter()
 first_step = session.global_step
 session.run(train_steps, checkpoint_dir=workdir / CHECKPOINT_06)

@@ -1,5 +1,5 @@
 """What a reader of an executed notebook should not see: a Figure as text, library log lines, colour codes, errors,
-text on stderr, progress bars drawn as text, walls of text.
+text on stderr, progress bars drawn as text or saved as an unfinished widget, walls of text.
 
 :func:`output_problems` reads a notebook executed by papermill and names every such output by its code cell
 (numbered as in the source notebook: papermill's injected-parameters cell does not count).
@@ -23,6 +23,7 @@ LOG_LINES = {
 }
 PROGRESS_BAR = re.compile(r"\d+%\|[^|\n]*\| *[\d.]+[kMG]?/[\d.?]*[kMG]?")  # tqdm's text: " 40%|####  | 4/10"
 WIDGET = "application/vnd.jupyter.widget-view+json"  # a live widget (tqdm.auto's bar in a kernel): saved as a widget
+# a widget's text is its first frame: a bar run without a frontend shows "0%" for ever (eagle3kit.progress)
 WALL_LINES = 40  # a text output longer than this is a wall: show a head and where the rest is
 SNIPPET = 200
 
@@ -68,7 +69,8 @@ def output_problems(ipynb_path: str | os.PathLike) -> list[str]:
 
     Flags: a Figure shown as its text repr without an image, library log lines (loguru, ``logging``'s default
     format, Python warnings from installed packages), terminal colour codes (``\\x1b[``), error outputs, anything on
-    stderr, a progress bar drawn as text (not a widget) and a text output over :data:`WALL_LINES` lines.
+    stderr, a progress bar drawn as text, a progress bar widget whose saved text is unfinished (a reader without the
+    live widget sees that frame) and a text output over :data:`WALL_LINES` lines.
     """
     nb = nbformat.read(os.fspath(ipynb_path), as_version=4)
     name = os.path.basename(ipynb_path)
@@ -87,6 +89,10 @@ def problems_of(output: nbformat.NotebookNode) -> list[str]:
     bar = next((m for t in texts if WIDGET not in data and (m := PROGRESS_BAR.search(ANSI.sub("", t)))), None)
     if bar:
         problems.append(f"a progress bar drawn as text ({_snippet(bar.string[:bar.end()])})")
+    frozen = next((m for t in texts if WIDGET in data and (m := PROGRESS_BAR.search(ANSI.sub("", t)))), None)
+    if frozen and not frozen.group(0).startswith("100%"):
+        problems.append(f"a progress bar widget saved unfinished ({_snippet(frozen.string[:frozen.end()])}): run "
+                        "without a frontend, the notebook shows that frame")
     seen = output.get("text", "") if output.output_type == "stream" else data.get("text/plain", "")
     seen = seen if isinstance(seen, str) else "".join(seen)
     if "text/html" not in data and not has_image and len(seen.splitlines()) > WALL_LINES:

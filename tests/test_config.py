@@ -90,6 +90,16 @@ def test_presets_build_on_meta_with_counts():
     assert build.aux_layer_ids == [2, 30, 58]
     counts = explain.parameter_counts(model)
     assert counts["frozen"] >= 3 * 163840 * 7168  # embedding + lm_head + verifier_lm_head
+    parts = explain.frozen_parts(model)  # notebook 01: what the frozen count adds up
+    assert parts["parameter"].tolist()[:3] == ["embed_tokens.weight", "lm_head.weight", "verifier_lm_head.weight"]
+    assert parts.iloc[-1]["params"] == f"{counts['frozen']:,}"
+    # the plan's Kimi draft keeps 32000 of the vocabulary's rows in its heads: its frozen count, from this draft
+    from eagle3kit.plan import plan_run
+    from eagle3kit.plan.gpu_plan import DEFAULT_DRAFT_VOCAB
+
+    planned = plan_run("kimi-k2.5").dshape
+    assert explain.frozen_at(model, DEFAULT_DRAFT_VOCAB) == planned.frozen_embedding + planned.frozen_heads
+    assert explain.frozen_at(model, tl.vocab_size) == counts["frozen"]
     gib = explain.memory_footprint(model).set_index("item").loc["total", "GiB"]
     assert gib > 10
 

@@ -503,3 +503,16 @@ def test_auto_dtype_is_bfloat16_on_cuda_and_float32_on_a_cpu_for_data_and_traini
     for device in ("cpu", "cuda"):
         assert TrainSettings().resolved(device).hidden_states_dtype == resolve_dtype("auto", device)
     assert inspect.signature(build_dataset).parameters["dtype"].default == "auto"
+
+
+def test_a_reply_that_loops_is_told_from_one_that_does_not():
+    """Notebook 04 shows the verifier's replies by this rule: greedy decoding of a small verifier loops, even inside
+    one word run (a URL of repeated hyphenated words)."""
+    loop = " ".join(f"{i}. The {n} step is to create a new instance of the class."  # notebook 04's first reply
+                    for i, n in enumerate(("first", "second", "third", "fourth", "fifth"), 1))
+    url = "https://example.com/the-best-detail-of-the-best-detail-of-the-best-detail-of-the-best-detail"
+    plain = "Yes: the method takes the request, checks its scopes and returns a token the client caches."
+    assert conv.repetition(plain) == 0.0 and conv.repetition("too short") == 0.0
+    assert conv.repetition(loop) > conv.LOOP_SHARE and conv.repetition(url) > conv.LOOP_SHARE
+    assert [conv.loops([{"role": "user", "content": "q"}, {"role": "assistant", "content": t}])
+            for t in (plain, loop)] == [False, True]

@@ -75,6 +75,14 @@ def test_each_problem_is_named_by_its_cell(tmp_path):
     assert len(problems) == 5
 
 
+BARS = [  # a loop drawn with a bar, as tqdm.auto, eagle3kit, transformers and datasets draw it
+    "from tqdm.auto import tqdm\nfor _ in tqdm(range(3), desc='plain tqdm.auto'):\n    pass",
+    "from eagle3kit.progress import tqdm as bar\nfor _ in bar(range(3), desc='eagle3kit', disable=False):\n    pass",
+    "from transformers.utils import logging as hf_logging\nfor _ in hf_logging.tqdm(range(3), desc='hf'):\n    pass",
+    "from datasets.utils.tqdm import tqdm as datasets_tqdm\nfor _ in datasets_tqdm(range(3), desc='ds'):\n    pass",
+]
+
+
 @pytest.fixture(scope="module")
 def loads(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("loads")
@@ -88,6 +96,8 @@ def loads(tmp_path_factory):
         "figure()",  # 4
         f"{load};",  # 5: speculators' loguru lines, coloured in a kernel
         "fig = figure()\nfig.axes[0].set_yscale('log')\nfig",  # 6: log ticks are mathtext: STIX / cm fonts
+        BARS[0],  # 7: tqdm.auto's bar in a kernel that papermill runs: a widget
+        BARS[1],  # 8: eagle3kit's own bar, the same outside the runner
     ])
     return output_problems(out)
 
@@ -107,6 +117,33 @@ def test_importing_eagle3kit_makes_figures_images(loads):
 
 def test_log_scale_figures_write_nothing_to_stderr(loads):
     assert at(loads, 6) == [], loads  # a font cache without matplotlib's own fonts: findfont lines on stderr
+
+
+def test_widget_bars_papermill_saves_unfinished_are_caught(loads):
+    for cell, desc in ((7, "plain tqdm.auto"), (8, "eagle3kit")):
+        assert len(at(loads, cell)) == 1 and "widget saved unfinished" in at(loads, cell)[0], loads
+        assert desc in at(loads, cell)[0]
+
+
+def test_the_runner_runs_kernels_that_draw_no_bars(tmp_path):
+    """Notebooks run by eagle3kit's runner (eagle3kit.progress.headless_env) save no bar: not eagle3kit's (even asked
+    for with ``disable=False``), not transformers' or datasets'. (tqdm.auto's own bar, BARS[0], is not switched off:
+    tqdm's notebook bar ignores ``TQDM_DISABLE``; eagle3kit draws every bar through eagle3kit.progress.)"""
+    from eagle3kit.runner import run_notebooks
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell("workdir = ''")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, *map(nbformat.v4.new_code_cell, BARS[1:]), nbformat.v4.new_code_cell("1 + 1")]
+    (tmp_path / "nbs").mkdir()
+    nbformat.write(nb, tmp_path / "nbs" / "99_bars.ipynb")
+    (result,) = run_notebooks(tmp_path / "out", tmp_path / "nbs", preset="ci", progress=False)
+    assert result.status == "ok", result.error
+    executed = nbformat.read(tmp_path / "out" / "99_bars.ipynb", as_version=4)
+    assert executed.cells[-1].outputs[0]["data"]["text/plain"] == "2"  # the kernel ran every cell
+    assert output_problems(tmp_path / "out" / "99_bars.ipynb") == []
+    assert all(not cell.get("outputs") for cell in executed.cells[2:-1])  # nothing at all where the bars were
 
 
 def test_use_bundled_fonts_adds_what_a_partial_cache_lacks():
@@ -196,16 +233,29 @@ def test_stderr_text_is_flagged_and_stdout_is_not(tmp_path):
     assert at(problems, 3) == []
 
 
+def widget(text: str) -> dict:
+    """A widget as a kernel saves it: its view and, as ``text/plain``, its first frame."""
+    return {"application/vnd.jupyter.widget-view+json": {"model_id": "m", "version_major": 2, "version_minor": 0},
+            "text/plain": text}
+
+
 def test_progress_bars_as_text_are_flagged_and_widgets_are_not(tmp_path):
-    widget = {"application/vnd.jupyter.widget-view+json": {"model_id": "m", "version_major": 2, "version_minor": 0},
-              "text/plain": "hidden states:   0%|          | 0/1060 [00:00<?, ?tok/s]"}
     problems = written(tmp_path, [[stream(BAR, "stderr"), stream(DONE, "stderr"), stream("\n", "stderr")],
-                                  [stream(DONE)], [shown({"text/plain": DONE})], [shown(widget)],
+                                  [stream(DONE)], [shown({"text/plain": DONE})], [shown(widget(DONE[1:]))],
                                   [stream("coverage 100% | 12/12 files\n40% of 10 tokens\n")]])
     assert len(at(problems, 1)) == 1 and "progress bar" in at(problems, 1)[0]
     assert "Counting token frequencies" in at(problems, 1)[0]
     assert len(at(problems, 2)) == 1 and len(at(problems, 3)) == 1  # a bar on stdout or as a result: text all the same
-    assert at(problems, 4) == [] and at(problems, 5) == []  # a widget (its state saved), and percentages in prose
+    assert at(problems, 4) == [] and at(problems, 5) == []  # a widget (a finished bar), and percentages in prose
+
+
+def test_a_widget_bar_saved_unfinished_is_flagged(tmp_path):
+    """tqdm.auto's bar in a kernel without a frontend (papermill) is saved with its first frame: "0%" for ever."""
+    problems = written(tmp_path, [[shown(widget("hidden states:   0%|          | 0/1060 [00:00<?, ?tok/s]"))],
+                                  [shown(widget("VBox(children=(Button(description='Step'),))"))]])
+    assert len(at(problems, 1)) == 1 and "widget saved unfinished" in at(problems, 1)[0]
+    assert "hidden states" in at(problems, 1)[0]
+    assert at(problems, 2) == []  # a widget that is not a bar (the stepper's buttons)
 
 
 def test_walls_of_text_are_flagged_and_short_or_html_outputs_are_not(tmp_path):

@@ -76,3 +76,23 @@ def test_an_empty_history_says_so():
     fig = plot_metrics([])
     assert all(not ax.get_lines() for ax in fig.axes)
     assert "no steps yet" in [t.get_text() for t in fig.axes[0].texts]
+
+
+def test_the_rehearsal_figure_keeps_its_legend_off_the_data_and_draws_no_floor_for_an_exact_match():
+    """Notebook 05's side-by-side once hid the TTT-0 peak under its legend and drew |Δ loss| = 0 as a line at 1e-12."""
+    import pandas as pd
+
+    from eagle3kit.train.rehearsal.plots import plot_side_by_side
+
+    rows = [{"step": s, "ttt_step": k, "speculators": v + k, "eagle3kit": v + k, "abs_diff": 0.0, "within": True}
+            for s, v in ((1, 13.0), (2, 18.5), (3, 10.8)) for k in range(3)]
+    exact = plot_side_by_side(pd.DataFrame(rows), "trainer and session")
+    assert len(exact.axes) == 1 and "bit-identical" in exact.get_suptitle()  # no panel of zeros
+    legend = exact.axes[0].get_legend()
+    assert legend.get_bbox_to_anchor().x0 >= exact.axes[0].bbox.x1  # beside the axes, not over the peak
+    close = pd.DataFrame(rows)
+    close.loc[[4, 7], "abs_diff"] = [3e-7, 1e-6]
+    fig = plot_side_by_side(close)
+    right = fig.axes[1]
+    assert right.get_yscale() == "log" and "7 of 9 exactly equal" in right.get_title()
+    assert sorted(y for line in right.get_lines() for y in line.get_ydata()) == [3e-7, 1e-6]  # only what differs

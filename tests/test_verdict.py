@@ -58,3 +58,30 @@ def test_recommendation_lines_set_what_ran_and_matched_and_say_cuda_was_not_meas
                      f"cpu inference   -> {SET_ATTN.format(impl='sdpa')}"]
     assert recommendation_lines({"cuda training": None}, "cuda") == [
         "cuda training   -> no backend ran and matched eager"]
+
+
+def test_a_median_that_carries_a_first_calls_compile_is_named_with_the_same_kernel_run_warm():
+    """Notebook 02 once drew flex attention's forward 6x slower than it runs: its median of two repeats was the first
+    call, which compiles; `unset` resolves to the same kernel and ran warm after it."""
+    from eagle3kit.doctor.probe.plots import plot_timings
+    from eagle3kit.doctor.probe.recommend import warm_ups
+
+    rows = [("eager", "forward", 256, "ok", "eager", 0.18, 0.03), ("sdpa", "forward", 256, "ok", "sdpa", 0.18, 0.07),
+            ("simple_flex_attention", "forward", 256, "ok", "simple_flex_attention", 1.09, 0.9),
+            ("simple_flex_attention", "forward+backward", 256, "error", "simple_flex_attention", 0.03, None),
+            ("unset", "forward", 256, "ok", "simple_flex_attention", 0.2, 0.0)]
+    probed = pd.DataFrame(rows, columns=["backend", "mode", "seq_len", "status", "resolved", "seconds", "spread"])
+    (index, found), = warm_ups(probed).items()
+    assert index == 2 and (found.warm, found.warm_seconds) == ("unset", 0.2)
+    assert "0.90 s apart: the first call compiles the flex kernel" in found.line()
+    assert "run warm as `unset`, took 0.20 s" in found.line()
+    assert warm_ups(probed.drop(index=4)) == {2: found.__class__(found.label, found.resolved, 1.09, 0.9)}  # no twin
+    busy = probed.assign(seconds=[0.18, 0.4, 0.2, 0.03, 0.2], spread=[0.03, 0.3, 0.01, None, 0.0])
+    (slow,) = warm_ups(busy).values()  # sdpa compiles nothing: a slow call is a warm-up or a busy machine
+    assert slow.label == "sdpa · forward" and not slow.compiles and "busy machine" in slow.line()
+    assert warm_ups(matrix()) == {}  # a matrix without the repeats' spread names none
+    fig = plot_timings(probed)
+    bars = fig.axes[0].patches
+    assert len(bars) == len(probed) and bars[2].get_hatch() == "//" and not bars[0].get_hatch()
+    assert any("warm, as unset (tick): 0.20s" in t.get_text() for t in fig.axes[0].texts)
+    assert [line.get_xdata()[0] for line in fig.axes[0].lines] == [0.2]  # the tick on the hatched bar

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import random
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -298,3 +299,19 @@ def first_supervised(tokenizer, conversations: list[Turns], seq_length: int) -> 
         if sum(sample.loss_mask):
             return turns, sample
     raise ConversationError(f"None of the {len(conversations)} conversations has a reply within {seq_length} tokens.")
+
+
+LOOP_SHARE = 0.4  # a reply whose word 4-grams repeat an earlier one more often than this loops (greedy decoding's rut)
+
+
+def repetition(text: str, n: int = 4) -> float:
+    """The share of the text's word ``n``-grams (words: runs of letters and digits) that repeat an earlier one: 0
+    for none, near 1 for a reply that loops on one sentence (a small verifier decoding greedily often does)."""
+    words = re.findall(r"\w+", text.lower())
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return 1 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def loops(turns: Turns) -> bool:
+    """Whether the conversation's last reply loops (:func:`repetition` over :data:`LOOP_SHARE`)."""
+    return repetition(turns[-1]["content"]) > LOOP_SHARE

@@ -43,7 +43,6 @@ from pathlib import Path
 
 
 from datasets import Dataset, load_from_disk
-from tqdm.auto import tqdm
 
 from eagle3kit.data import conversations as conv
 from eagle3kit.data import hidden_states as hs
@@ -53,6 +52,7 @@ from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.data.manifest import Manifest, Request, verifier_identity
 from eagle3kit.device import resolve_device, resolve_dtype
 from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
+from eagle3kit.progress import tqdm
 from eagle3kit.verifier import Verifier, load_tokenizer, resolve
 
 

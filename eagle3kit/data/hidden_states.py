@@ -27,10 +27,10 @@ from speculators.data_generation.offline import (
     find_corrupt_hidden_state_indices,
     get_existing_hidden_state_indices,
 )
-from tqdm.auto import tqdm
 
 from eagle3kit.atomic import atomic_file
 from eagle3kit.outputs import check_output
+from eagle3kit.progress import tqdm
 from eagle3kit.verifier import load_model, resolve
 
 

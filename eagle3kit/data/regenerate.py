@@ -23,13 +23,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from eagle3kit import validate
 from eagle3kit.atomic import write_text
 from eagle3kit.data import conversations as conv
 from eagle3kit.data.generate import greedy_replies
 from eagle3kit.device import resolve_device
+from eagle3kit.progress import tqdm
 from eagle3kit.verifier import Verifier, load_model, load_tokenizer, resolve
 
 

@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
 
-from tqdm.auto import tqdm
-
 from eagle3kit.device import native_dtype
 from eagle3kit.processes import launch, log_tail, stop_group
+from eagle3kit.progress import tqdm
 from eagle3kit.vllm_env import CPU_HEAD_SIZES, VllmError, VllmNotInstalled, run_env, vllm_python
 
 MAX_NUM_SEQS = 256  # sequences the engine decodes together (the CPU build's default is lower)

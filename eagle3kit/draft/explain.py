@@ -16,6 +16,32 @@ def parameter_counts(model: torch.nn.Module) -> dict[str, int]:
     return {"trainable": trainable, "frozen": frozen, "total": trainable + frozen}
 
 
+FROZEN = {  # speculators' Eagle3DraftModel: the parameters that come from the verifier and do not train
+    "embed_tokens.weight": "the verifier's token embedding: every token of its vocabulary",
+    "lm_head.weight": "the draft's output head: the verifier's lm_head rows of the draft vocabulary",
+    "verifier_lm_head.weight": "the same rows, the verifier's own head: the training targets",
+    "verifier_norm.weight": "the verifier's final norm: the training targets",
+}
+
+
+def frozen_parts(model: torch.nn.Module) -> pd.DataFrame:
+    """The frozen parameters one by one (name, shape, count, what it is): what ``params (frozen)`` adds up. The
+    embedding scales with the verifier's vocabulary, the two heads with the draft's (works on meta-device models)."""
+    rows = [(name, tuple(p.shape), p.numel(), FROZEN.get(name, "")) for name, p in model.named_parameters()
+            if not p.requires_grad]
+    table = pd.DataFrame(rows, columns=["parameter", "shape", "params", "what"])
+    table.loc[len(table)] = ["total", "", int(table["params"].sum()), "params (frozen)"]
+    return table.assign(params=table["params"].map("{:,}".format))
+
+
+def frozen_at(model: torch.nn.Module, draft_vocab_size: int) -> int:
+    """The frozen count of the same draft with another draft vocabulary: the embedding and the norm stay, the two
+    heads (:data:`FROZEN`) get ``draft_vocab_size`` rows each."""
+    heads = sum(p.numel() for n, p in model.named_parameters() if n in ("lm_head.weight", "verifier_lm_head.weight"))
+    hidden = model.lm_head.weight.shape[1]
+    return parameter_counts(model)["frozen"] - heads + 2 * draft_vocab_size * hidden
+
+
 def verifier_weights_loaded(model: torch.nn.Module) -> bool:
     """Whether the verifier-owned embedding and ``lm_head`` hold numbers (speculators initialises them to NaN, so a
     forgotten load shows)."""

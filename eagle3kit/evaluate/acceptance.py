@@ -23,13 +23,13 @@ import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
-from tqdm.auto import tqdm
 
 from eagle3kit.data.conversations import Conversation, ConversationError
 from eagle3kit.data.generate import greedy_replies
 from eagle3kit.evaluate.benchmarks import cut_user_turn, held_out_set, template_ids
 from eagle3kit.evaluate.decode import aux_hidden_states, greedy_generate, speculative_generate, to_verifier_ids
 from eagle3kit.evaluate.defaults import MAX_PROMPT_TOKENS
+from eagle3kit.progress import tqdm
 
 
 @dataclass
@@ -242,14 +242,17 @@ def summary_table(results: dict[str, Acceptance], decoded: dict[str, DecodeRun] 
 
 
 def plot_acceptance(results: dict[str, Acceptance]):
-    """Bar chart: conditional acceptance rate per draft position, one group per draft."""
+    """Bar chart: conditional acceptance rate per draft position, one group per draft, each bar labelled with its
+    rate (a rate of 0, an untrained draft's, is a bar of no height: its label and outline show it)."""
     fig = Figure(figsize=(6.5, 3.2))
     ax = fig.subplots()
     width = 0.8 / max(1, len(results))
     for n, (name, acc) in enumerate(results.items()):
         rates = acc.rates()
         xs = rates["position"] + (n - (len(results) - 1) / 2) * width
-        ax.bar(xs, rates["conditional"], width, label=f"{name} (τ={acc.tau:.2f})")
+        bars = ax.bar(xs, rates["conditional"], width, label=f"{name} (τ={acc.tau:.2f})", edgecolor="black",
+                      linewidth=0.6)
+        ax.bar_label(bars, labels=[f"{r:.2f}" if r else "0" for r in rates["conditional"]], fontsize=7, padding=2)
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate (given earlier ones accepted)")
     ax.set_ylim(0, 1)

@@ -11,10 +11,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from tqdm.auto import tqdm
 
 from eagle3kit.evaluate.acceptance import VerifierStates, teacher_forced_draft_tokens, walk
 from eagle3kit.evaluate.benchmarks import BenchPrompt
+from eagle3kit.progress import tqdm
 
 FIRST = "first"  # the prefill's token: before the first round, no draft was asked
 ACCEPTED = "accepted"  # proposed by the draft and accepted (depth 1..k within its round)

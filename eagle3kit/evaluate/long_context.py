@@ -20,13 +20,13 @@ import re
 from collections.abc import Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from eagle3kit.errors import UserError
 from eagle3kit.evaluate.acceptance import VerifierStates
 from eagle3kit.evaluate.benchmarks import LONG_CONTEXT as NAME
 from eagle3kit.evaluate.benchmarks import BenchPrompt, template_ids
 from eagle3kit.evaluate.decode import aux_hidden_states
+from eagle3kit.progress import tqdm
 
 BUCKETS = (256, 1024, 2048, 4096)  # context lengths (tokens); the verifier's limit is the last bucket
 PER_BUCKET = 6  # prompts a bucket holds (the full curve; --n-prompts takes fewer, the buckets in turn)

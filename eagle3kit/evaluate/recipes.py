@@ -217,7 +217,7 @@ def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = Non
     """τ (``on`` and MT-bench, with intervals) against the minutes that made the draft, for the best recipe at
     several budgets; ``before``: the same recipe's frontier before (drawn faint); ``here`` = (minutes, τ) of this
     run, ``bar`` = the τ a planned GPU run needs to pay."""
-    fig = Figure(figsize=(7, 3.6))
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
     ax = fig.subplots()
     for points, suffix, alpha in ((before or [], f", {before_label}", 0.35), (frontier, "", 1.0)):
         pts = sorted(points, key=lambda r: r.minutes)
@@ -236,6 +236,5 @@ def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = Non
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set(xlabel="CPU minutes to make the draft (data + training)", ylabel="τ (tokens per verifier step)",
            title="τ against minutes: the recipe lab's best recipe")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside the data, not on it
     return fig

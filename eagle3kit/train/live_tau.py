@@ -38,9 +38,10 @@ class LiveTau:
 
     @classmethod
     def for_session(cls, session, every: int = EVERY, n_prompts: int = PROMPTS, max_new_tokens: int = NEW_TOKENS,
-                    max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> LiveTau:
+                    max_prompt_tokens: int = MAX_PROMPT_TOKENS, verifier: torch.nn.Module | None = None) -> LiveTau:
         """The first ``n_prompts`` held-out prompts of the session's data directory (its held-out conversations, or
-        for a directory speculators made, its validation rows), the session's verifier and TTT steps."""
+        for a directory speculators made, its validation rows), the session's verifier and TTT steps. ``verifier``:
+        the session's verifier already loaded (on the session's device), else it is loaded here."""
         from eagle3kit.data.loader import held_out_conversations, held_out_prompt_ids
         from eagle3kit.evaluate import acceptance as ev
         from eagle3kit.verifier import load_model, load_tokenizer
@@ -48,7 +49,9 @@ class LiveTau:
         if every < 1:
             raise UserError(f"--eval-every must be at least 1 step (got {every}).")
         build, data = session.build, session.data
-        tokenizer, verifier = load_tokenizer(build.verifier), load_model(build.verifier, device=session.device)
+        tokenizer = load_tokenizer(build.verifier)
+        if verifier is None:
+            verifier = load_model(build.verifier, device=session.device)
         held = held_out_conversations(data.path)
         prompts = (ev.chat_prompts(tokenizer, held, n_prompts, max_prompt_tokens) if held else
                    held_out_prompt_ids(data.path, n_prompts, max_prompt_tokens, session.settings.train_data_ratio))
@@ -74,8 +77,8 @@ class LiveTau:
     def describe(self) -> str:
         from eagle3kit.evaluate.conventions import TAU_LABEL
 
-        return (f"{TAU_LABEL}, simulated on {len(self.prompts)} held-out prompts ({sum(map(len, self.conts))} reply "
-                f"tokens), every {self.every} steps")
+        return (f"{TAU_LABEL}, simulated on the first {len(self.prompts)} prompts of the held-out set "
+                f"({sum(map(len, self.conts))} reply tokens), every {self.every} steps")
 
 
 def tau_points(history: list[dict]) -> tuple[list[int], list[float]]:

@@ -22,7 +22,6 @@ import pandas as pd
 import torch
 from speculators.losses import resolve_loss_config
 from speculators.train.utils import normalize_counted_metrics
-from tqdm.auto import tqdm
 
 from eagle3kit import validate
 from eagle3kit.data.directory import DataDir, as_data_dir
@@ -31,6 +30,7 @@ from eagle3kit.data.draft_spec import spec_for
 from eagle3kit.draft.config import DraftBuild, DraftSpec, build_config, draft_ttt_steps
 from eagle3kit.draft.model import save_draft
 from eagle3kit.errors import UserError
+from eagle3kit.progress import tqdm
 from eagle3kit.train import checkpoint as ckpt
 from eagle3kit.train.batches import Batches
 from eagle3kit.train.forward import forward_for, resolve_path
@@ -170,7 +170,8 @@ class TrainSession:
     def track_tau(self, every: int | None = None, **prompts: Any) -> LiveTau:
         """From now on, every ``every`` steps (default :data:`eagle3kit.train.live_tau.EVERY`) measure the draft's
         simulated τ on held-out prompts into the step's record (``tau``, ``tau_seconds``); ``prompts``: the
-        :meth:`LiveTau.for_session` sizes. The verifier's replies are written here, once."""
+        :meth:`LiveTau.for_session` sizes (and ``verifier``, one already loaded). The verifier's replies are written
+        here, once: a session resumed and tracked again with the same sizes measures on the same prompts."""
         self.live_tau = LiveTau.for_session(self, **({"every": every} if every else {}), **prompts)
         return self.live_tau
 

@@ -19,6 +19,7 @@ from eagle3kit.draft.config import resolve_attention, with_attention
 
 
 NOISE_FLOOR = 0.05  # a race closer than this share of the default's seconds is noise on a busy machine
+WARM_UP_SHARE = 0.5  # repeats further apart than this share of their median: the first one paid a compile / warm-up
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,51 @@ def race(matrix: pd.DataFrame, training: bool = True, device: str = "cpu") -> Ra
     spreads = [float(x) for x in (fastest.get("spread"), stays.get("spread")) if x is not None and x == x]
     noise = max([*spreads, NOISE_FLOOR * float(stays.seconds)])
     return Race(str(fastest.backend), default, float(stays.seconds - fastest.seconds), noise)
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """A cell whose repeats lie further apart than :data:`WARM_UP_SHARE` of their median: one call was far slower
+    than the other(s), so a median of few repeats may be that call. A flex kernel (``resolved``) compiles on its first
+    call; any other cell's slow call is a warm-up or a busy machine. ``warm``: another cell of the same mode and length
+    whose backend resolved to the same kernel, faster (it ran after the compile, in the same worker), with its
+    seconds; None where there is none."""
+
+    label: str  # "backend · mode"
+    resolved: str
+    seconds: float
+    spread: float
+    warm: str | None = None
+    warm_seconds: float | None = None
+
+    @property
+    def compiles(self) -> bool:
+        """Whether the kernel compiles on its first call (flex attention's)."""
+        return "flex" in self.resolved
+
+    def line(self) -> str:
+        why = ("the first call compiles the flex kernel" if self.compiles else
+               "one call was far slower than the other(s): a first call's warm-up, or a busy machine")
+        said = f"{self.label}: {self.seconds:.2f} s, its repeats {self.spread:.2f} s apart: {why}"
+        if self.warm is None:
+            return said
+        return f"{said}; the same kernel, run warm as `{self.warm}`, took {self.warm_seconds:.2f} s"
+
+
+def warm_ups(matrix: pd.DataFrame) -> dict[int, WarmUp]:
+    """The cells (by row index) whose first call's cost shows in their median (:class:`WarmUp`)."""
+    if "spread" not in matrix or "resolved" not in matrix:
+        return {}
+    ran = matrix[(matrix.status == "ok") & matrix.seconds.notna() & matrix.spread.notna()]
+    found = {}
+    for i, r in ran[ran.spread > WARM_UP_SHARE * ran.seconds].iterrows():
+        same = ran[(ran.index != i) & (ran.resolved == r.resolved) & (ran["mode"] == r["mode"])
+                   & (ran.seq_len == r.seq_len) & (ran.seconds < r.seconds)]
+        warm = same.sort_values("seconds").iloc[0] if len(same) else None
+        found[int(i)] = WarmUp(f"{r.backend} · {r['mode']}", str(r.resolved), float(r.seconds), float(r.spread),
+                               None if warm is None else str(warm.backend),
+                               None if warm is None else float(warm.seconds))
+    return found
 
 
 def recommend(matrix: pd.DataFrame, training: bool = True, device: str = "cpu") -> str | None:

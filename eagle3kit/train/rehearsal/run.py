@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from eagle3kit import validate
 from eagle3kit.errors import UserError
+from eagle3kit.progress import tqdm
 from eagle3kit.train.handoff import last_checkpoint, read_metrics
 from eagle3kit.train.rehearsal import cpu
 
