@@ -6,4 +6,5 @@
                ``speed_ratios``, ``recommendation_lines``
 ``plots``      ``plot_timings(matrix)`` -> Figure
 ``cache``      cells measured once, read back when asked again with the same setting (what the key holds)
+``zygote``     CPU workers forked from one process that imported torch and speculators once (~12 s saved each)
 """

@@ -1,8 +1,9 @@
 """A measured attention-backend matrix: each cell is a real draft step run in a worker subprocess with a time limit.
 
 A segfault, an exception or a hang becomes a row (``crashed``, ``error``, ``timeout``) instead of a dead kernel. The
-worker (``probe_worker``) runs the cells it is given in order and reports each; when it dies or hangs,
-the cell in flight gets the row and a fresh worker takes the remaining cells. Nothing here is written in advance:
+worker (:mod:`~eagle3kit.doctor.probe.worker`; on a CPU forked by the :mod:`~eagle3kit.doctor.probe.zygote`, which
+imported speculators once) runs the cells it is given in order and reports each; when it dies or hangs, the cell in
+flight gets the row and a fresh worker takes the remaining cells. Nothing here is written in advance:
 every value comes from running speculators' ``Eagle3DraftModel`` on this machine. Reading the matrix:
 :mod:`eagle3kit.doctor.probe.recommend` (recommendation, settings table) and :mod:`eagle3kit.doctor.probe.plots`
 (timings).
@@ -27,6 +28,7 @@ from tqdm.auto import tqdm
 from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.device import resolve_device
 from eagle3kit.doctor.probe.cache import ProbeCache, key, setting
+from eagle3kit.doctor.probe.zygote import Forked, fork_worker, release_later
 from eagle3kit.errors import UserError
 from eagle3kit.verifier import resolve
 
@@ -115,6 +117,7 @@ def run_cells(cells: list[Cell], verifier: str = "tiny", device: str = "cpu", se
     finally:
         bar.close()
         shutil.rmtree(workdir, ignore_errors=True)
+        release_later()  # the zygote waits for the next call a while, then gives its memory back
 
 
 def _run(cells, spec, workdir: Path, timeout_s, startup_timeout_s, isolate_each, bar) -> dict[int, dict]:
@@ -126,15 +129,12 @@ def _run(cells, spec, workdir: Path, timeout_s, startup_timeout_s, isolate_each,
         run = remaining[:1] if isolate_each else list(remaining)
         spec_path, events_path, log_path = (workdir / f"{n}-{launch}" for n in ("spec.json", "events.jsonl", "log"))
         spec_path.write_text(json.dumps({**spec, "run": run}))
-        with open(log_path, "w") as log:
-            worker = [sys.executable, "-m", "eagle3kit.doctor.probe.worker", str(spec_path), str(events_path)]
-            proc = subprocess.Popen(worker,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                outcome = _watch(proc, events_path, timeout_s, startup_timeout_s, results, bar, cells)
-            except BaseException:  # Ctrl-C in the notebook or terminal: take the worker down with us
-                _kill(proc)
-                raise
+        proc = _start(spec["device"], [str(spec_path), str(events_path)], log_path)
+        try:
+            outcome = _watch(proc, events_path, timeout_s, startup_timeout_s, results, bar, cells)
+        except BaseException:  # Ctrl-C in the notebook or terminal: take the worker down with us
+            _kill(proc)
+            raise
         if outcome is not None:  # the worker died or hung: a row for the cell in flight, or for all if at startup
             index, row = outcome
             if index is None:  # no cell ran: the worker's failure, not a measurement of these cells (never cached)
@@ -149,8 +149,21 @@ def _run(cells, spec, workdir: Path, timeout_s, startup_timeout_s, isolate_each,
     return results
 
 
-def _kill(proc) -> None:
-    """SIGKILL the worker's own process group (it was started with start_new_session)."""
+def _start(device: str, args: list[str], log_path: Path) -> subprocess.Popen | Forked:
+    """A worker running ``worker.main(*args)``, output into ``log_path``, in a session of its own: on a CPU forked
+    by the zygote (no import of speculators), else (or if the zygote cannot be asked) a fresh interpreter."""
+    if device == "cpu" and (forked := fork_worker(args, log_path)) is not None:
+        return forked
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "eagle3kit.doctor.probe.worker", *args],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _kill(proc: subprocess.Popen | Forked) -> None:
+    """SIGKILL the worker's own process group (it runs in a session of its own) and wait for it."""
+    if isinstance(proc, Forked):
+        proc.kill()
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:

@@ -1,10 +1,10 @@
 """One probe worker process: build a tiny draft once, then run the requested attention cells, one JSON line each.
 
-Run by :mod:`~eagle3kit.doctor.probe.matrix` as ``python -m eagle3kit.doctor.probe.worker SPEC RESULTS``. Before each
-cell it
-writes a ``start`` line, after it a ``done`` line, so that a segfault or hang inside a cell is pinned to that cell
-by the parent. All cells use the same weights (a state dict saved by the first worker, loaded by every later one)
-and the same seeded batch.
+Run by :mod:`~eagle3kit.doctor.probe.matrix` as ``main(SPEC, RESULTS)`` in a process forked by the
+:mod:`~eagle3kit.doctor.probe.zygote` (CPU), or as ``python -m eagle3kit.doctor.probe.worker SPEC RESULTS``. Before
+each cell it writes a ``start`` line, after it a ``done`` line, so that a segfault or hang inside a cell is pinned to
+that cell by the parent. All cells use the same weights (a state dict saved by the first worker, loaded by every later
+one) and the same seeded batch.
 """
 
 from __future__ import annotations
