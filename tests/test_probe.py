@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -175,3 +176,26 @@ def test_shown_drops_the_raw_loss_and_the_empty_columns():
     frame = pd.DataFrame({"backend": ["eager", "sdpa"], "loss": [1.0, 1.0], "peak_bytes": [None, None],
                           "seconds": [0.1, None]})
     assert list(shown(frame).columns) == ["backend", "seconds"]
+
+
+# ----------------------------------------------------------------------------------------------- zygote
+def test_workers_are_forked_from_one_zygote_that_ends_when_idle(monkeypatch):
+    """On a CPU the workers are forked from a zygote that imported speculators once: the next probe call finds the
+    same one, and it ends once no call asked for a worker for ``IDLE_S`` seconds."""
+    from eagle3kit.doctor.probe import zygote
+
+    cells = [probe.Cell("eager", "forward", 64, 1)]
+    zygotes = []
+    for _ in range(2):
+        results = probe.run_cells(cells, "tiny", "cpu", progress=False)
+        assert results[0]["status"] == "ok"
+        zygotes.append(zygote.running())
+    assert zygotes[0] is not None and zygotes[0] == zygotes[1]
+    monkeypatch.setattr(zygote, "IDLE_S", 0.2)
+    zygote.release_later()
+    deadline = time.monotonic() + 30
+    while zygote.running() is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert zygote.running() is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(zygotes[0], 0)  # exited (reaped), its memory given back

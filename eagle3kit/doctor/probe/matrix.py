@@ -150,9 +150,9 @@ def _run(cells, spec, workdir: Path, timeout_s, startup_timeout_s, isolate_each,
 
 
 def _start(device: str, args: list[str], log_path: Path) -> subprocess.Popen | Forked:
-    """A worker running ``worker.main(*args)``, output into ``log_path``, in a session of its own: on a CPU forked
-    by the zygote (no import of speculators), else (or if the zygote cannot be asked) a fresh interpreter."""
-    if device == "cpu" and (forked := fork_worker(args, log_path)) is not None:
+    """A worker running ``worker.main(*args)``, output into ``log_path``, in a session of its own: on a Linux CPU
+    forked by the zygote (no import of speculators), else (or if the zygote cannot be asked) a fresh interpreter."""
+    if device == "cpu" and sys.platform == "linux" and (forked := fork_worker(args, log_path)) is not None:
         return forked
     with open(log_path, "w") as log:
         return subprocess.Popen([sys.executable, "-m", "eagle3kit.doctor.probe.worker", *args],

@@ -91,6 +91,12 @@ class Forked:
             time.sleep(0.02)
 
 
+def running() -> int | None:
+    """The pid of the zygote this process keeps (None: it has none now)."""
+    with _lock:
+        return None if _zygote is None or _zygote[1].poll() is not None else _zygote[1].pid
+
+
 def stop() -> None:
     """End the zygote: it forks what it was asked for, then exits as its stdin closes (killed if it does not)."""
     global _zygote
