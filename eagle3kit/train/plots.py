@@ -50,7 +50,7 @@ def plot_metrics(history: Sequence[dict], smoothing: float = SMOOTHING, title: s
         raise ValueError(f"smoothing is the EMA weight, in [0, 1) (TensorBoard's slider), got {smoothing!r}.")
     tau_steps, taus = tau_points(list(history))
     fig = Figure(figsize=(14 if taus else 11, 3.2), layout="constrained")
-    axes = fig.subplots(1, 4 if taus else 3)
+    axes = fig.subplots(1, 4 if taus else 3, sharex=True)  # τ on the same steps as the loss: the whole run
     steps = np.array([r["step"] for r in history])
     if taus:
         _plot_tau(axes[3], tau_steps, taus)
