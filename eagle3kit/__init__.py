@@ -18,6 +18,7 @@ What the stages share, below them all:
 ``errors``      :class:`UserError`, the mistake a user can fix (one line, exit 2)
 ``atomic``      atomic writes: a file or folder appears complete or not at all
 ``logs``        the one place that quiets library output
+``progress``    progress bars: tqdm.auto's, and none in a headless notebook run
 ``device``      the device and the dtype data and training use
 ``figures``     Figures as PNG in IPython and in widgets
 ``tables``      terminal tables that fit the width, Markdown tables

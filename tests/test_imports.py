@@ -3,8 +3,8 @@
 The layering, lowest first; a module may import its own layer and the layers below it, never one above:
 
 1. shared: ``errors``, ``atomic``, ``logs``, ``device``, ``figures``, ``tables``, ``assets``, ``validate``,
-   ``outputs``, ``params``, ``processes``, ``vllm_env`` (and ``eagle3kit`` itself) -- no stage knowledge, used by
-   all.
+   ``outputs``, ``params``, ``processes``, ``vllm_env``, ``progress`` (and ``eagle3kit`` itself) -- no stage
+   knowledge, used by all.
 2. ``verifier``: the model every stage measures against (it finds its GGUF through ``assets``); ``attention``: the
    block-sparse training attention registered with speculators (torch and speculators only).
 3. ``draft``: the draft config and model, from a verifier; knows nothing of data directories.
@@ -32,7 +32,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "eagle3kit"
 
 LAYERS: list[set[str]] = [
     {"eagle3kit", "errors", "atomic", "logs", "device", "figures", "tables", "assets", "validate", "outputs", "params",
-     "processes", "vllm_env"},
+     "processes", "vllm_env", "progress"},
     {"verifier", "attention"},
     {"draft"},
     {"masks"},
