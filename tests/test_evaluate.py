@@ -90,7 +90,8 @@ def test_simulate_on_the_tiny_verifier(tiny_verifier):
     fig = ev.plot_acceptance({"untrained": acc, "again": acc})
     assert isinstance(fig, Figure) and len(fig.axes[0].patches) == 6
     rates = acc.rates()["conditional"].tolist() * 2  # every bar labelled with its rate: a rate of 0 shows as "0"
-    assert [t.get_text() for t in fig.axes[0].texts] == [f"{r:.2f}" if r else "0" for r in rates]
+    assert [t.get_text() for t in fig.axes[0].texts] == [ev.rate_label(r) for r in rates]
+    assert [ev.rate_label(r) for r in (0.0, 0.234, float("nan"))] == ["0", "0.23", "n/a"]
 
 
 def test_cli_evaluate_prints_tau_for_an_exported_and_an_untrained_draft(tmp_path, capsys):

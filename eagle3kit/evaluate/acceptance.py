@@ -241,18 +241,23 @@ def summary_table(results: dict[str, Acceptance], decoded: dict[str, DecodeRun] 
     return pd.DataFrame(rows)
 
 
+def rate_label(rate: float) -> str:
+    """A bar's label: the rate, "0" for none (a bar of no height), "n/a" where no round reached the position."""
+    return "n/a" if np.isnan(rate) else f"{rate:.2f}" if rate else "0"
+
+
 def plot_acceptance(results: dict[str, Acceptance]):
     """Bar chart: conditional acceptance rate per draft position, one group per draft, each bar labelled with its
-    rate (a rate of 0, an untrained draft's, is a bar of no height: its label and outline show it)."""
+    rate (:func:`rate_label`: a rate of 0, an untrained draft's, is a bar of no height; its label shows it)."""
     fig = Figure(figsize=(6.5, 3.2))
     ax = fig.subplots()
     width = 0.8 / max(1, len(results))
     for n, (name, acc) in enumerate(results.items()):
         rates = acc.rates()
         xs = rates["position"] + (n - (len(results) - 1) / 2) * width
-        bars = ax.bar(xs, rates["conditional"], width, label=f"{name} (τ={acc.tau:.2f})", edgecolor="black",
-                      linewidth=0.6)
-        ax.bar_label(bars, labels=[f"{r:.2f}" if r else "0" for r in rates["conditional"]], fontsize=7, padding=2)
+        ax.bar(xs, rates["conditional"], width, label=f"{name} (τ={acc.tau:.2f})", edgecolor="black", linewidth=0.6)
+        for x, r in zip(xs, rates["conditional"], strict=True):
+            ax.text(x, (0 if np.isnan(r) else r) + 0.02, rate_label(r), ha="center", va="bottom", fontsize=7)
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate (given earlier ones accepted)")
     ax.set_ylim(0, 1)
