@@ -67,8 +67,10 @@ class Forked:
             return rc
         monitor = _read_int(self.pid_path)
         if monitor is None:  # not forked yet: the zygote is still importing, or it died without forking it
-            if self.zygote.poll() is None or (monitor := _read_int(self.pid_path)) is None:
-                return None if self.zygote.returncode is None else self.zygote.returncode or 1
+            if self.zygote.poll() is None:
+                return None
+            if (monitor := _read_int(self.pid_path)) is None:  # (or it named the monitor just before it left)
+                return self.zygote.returncode or 1
         if _alive(monitor):
             return None
         if (rc := _read_int(self.rc_path)) is not None:  # written just before the monitor left
