@@ -171,3 +171,27 @@ def test_each_package_docstring_lists_exactly_its_modules(init):
     here = {p.stem for p in init.parent.glob("*.py") if p.name != "__init__.py"}
     here |= {p.parent.name for p in init.parent.glob("*/__init__.py")}
     assert listed(init) == here
+
+
+def bars_from_tqdm(root: Path = PACKAGE) -> list[str]:
+    """Modules under ``root`` that import tqdm themselves instead of :mod:`eagle3kit.progress` (whose bars stay off in
+    a headless notebook run, where a widget bar would be saved at its first frame)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "progress.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(n == "tqdm" or n.startswith("tqdm.") for n in names):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
+def test_every_bar_comes_from_eagle3kit_progress(tmp_path):
+    assert bars_from_tqdm() == []
+    (tmp_path / "eagle3kit").mkdir()
+    (tmp_path / "eagle3kit" / "progress.py").write_text("from tqdm.auto import tqdm\n")
+    (tmp_path / "eagle3kit" / "ok.py").write_text("from eagle3kit.progress import tqdm\n")
+    (tmp_path / "eagle3kit" / "bad.py").write_text("import os\nfrom tqdm.auto import tqdm\n")
+    assert bars_from_tqdm(tmp_path / "eagle3kit") == ["eagle3kit/bad.py:2"]

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.device import resolve_device
 from eagle3kit.doctor.probe.cache import ProbeCache, key, setting
 from eagle3kit.doctor.probe.zygote import Forked, fork_worker, release_later
 from eagle3kit.errors import UserError
+from eagle3kit.progress import tqdm
 from eagle3kit.verifier import resolve
 
 BACKENDS = ("eager", "sdpa", "simple_flex_attention", "flex_attention", BLOCK_SPARSE)
