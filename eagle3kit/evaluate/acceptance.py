@@ -261,7 +261,9 @@ def plot_acceptance(results: dict[str, Acceptance]):
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate (given earlier ones accepted)")
     ax.set_ylim(0, 1)
-    ax.set_xticks(range(1, max(a.k for a in results.values()) + 1))
+    k = max(a.k for a in results.values())
+    ax.set_xticks(range(1, k + 1))
+    ax.set_xlim(0.5, k + 0.5)  # every group, even one whose rates are all n/a (no bar to scale to)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     return fig
