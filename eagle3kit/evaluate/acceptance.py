@@ -187,9 +187,10 @@ def simulate_each(verifier, draft, prompts: list[torch.Tensor], conts: list[list
 
 
 def simulate(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int,
-             progress: bool = True) -> Acceptance:
-    """Simulated acceptance over prompts and their greedy continuations, all prompts merged."""
-    return merge(simulate_each(verifier, draft, prompts, conts, k, progress))
+             progress: bool = True, states: VerifierStates | None = None) -> Acceptance:
+    """Simulated acceptance over prompts and their greedy continuations, all prompts merged (``states``: as
+    :func:`simulate_each`'s, to score several drafts on one verifier forward of each sequence)."""
+    return merge(simulate_each(verifier, draft, prompts, conts, k, progress, states))
 
 
 @dataclass
