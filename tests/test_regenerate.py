@@ -40,10 +40,7 @@ def test_interrupted_run_resumes_to_the_same_file(smollm2, tmp_path):
     full = tmp_path / "full.jsonl"
     regenerate(smollm2, full, n_conversations=5, max_new_tokens=8, batch_size=2, progress=False, engine="transformers")
     # what an interrupted run leaves: the settings line, two finished records and a line cut mid-write
-    first = tmp_path / "first.jsonl"
-    regenerate(smollm2, first, n_conversations=5, max_new_tokens=8, batch_size=2, progress=False,
-               engine="transformers")
-    lines = first.read_text().splitlines()
+    lines = full.read_text().splitlines()
     settings = json.loads(lines[0])["settings"]
     partial = tmp_path / "resumed.jsonl.partial"
     kept = [{"index": i, "messages": json.loads(lines[i])["messages"], "tokens": 8} for i in (0, 3)]

@@ -144,10 +144,11 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, smollm2_data, tmp_pat
         assert sum(r["accepted"] for r in records) == per_set[name]["accepted"]
     assert [r["category"] for r in raw["sets"]["mt-bench"]["records"]["vLLM"]] == [p.category for p in mt_bench]
 
-    model, draft = load_model(smollm2), reload(draft_dir)
+    model, draft, states = load_model(smollm2), reload(draft_dir), {}
     conts = continuations(model, prompts, NEW_TOKENS, progress=False)
-    sim = simulate(model, draft, prompts, conts, K, progress=False)
-    assert simulate(model, reload(exported), prompts, conts, K, progress=False).tau == sim.tau  # same weights, same τ
+    sim = simulate(model, draft, prompts, conts, K, progress=False, states=states)
+    # same weights, same τ (the verifier's states of each sequence are computed once, for both drafts)
+    assert simulate(model, reload(exported), prompts, conts, K, progress=False, states=states).tau == sim.tau
     loop = decode(model, draft, prompts, conts, K, progress=False, baseline=True)
     same = vllm_compare.same_as_greedy(check, conts)
     table = vllm_compare.comparison_table(check, sim, loop, conts)

@@ -187,9 +187,10 @@ def simulate_each(verifier, draft, prompts: list[torch.Tensor], conts: list[list
 
 
 def simulate(verifier, draft, prompts: list[torch.Tensor], conts: list[list[int]], k: int,
-             progress: bool = True) -> Acceptance:
-    """Simulated acceptance over prompts and their greedy continuations, all prompts merged."""
-    return merge(simulate_each(verifier, draft, prompts, conts, k, progress))
+             progress: bool = True, states: VerifierStates | None = None) -> Acceptance:
+    """Simulated acceptance over prompts and their greedy continuations, all prompts merged (``states``: as
+    :func:`simulate_each`'s, to score several drafts on one verifier forward of each sequence)."""
+    return merge(simulate_each(verifier, draft, prompts, conts, k, progress, states))
 
 
 @dataclass
@@ -261,7 +262,9 @@ def plot_acceptance(results: dict[str, Acceptance]):
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate (given earlier ones accepted)")
     ax.set_ylim(0, 1)
-    ax.set_xticks(range(1, max(a.k for a in results.values()) + 1))
+    k = max(a.k for a in results.values())
+    ax.set_xticks(range(1, k + 1))
+    ax.set_xlim(0.5, k + 0.5)  # every group, even one whose rates are all n/a (no bar to scale to)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     return fig

@@ -45,18 +45,29 @@ def untrained_twin(draft: Eagle3DraftModel, seed: int = 0) -> Eagle3DraftModel:
 
 
 @torch.no_grad()
-def held_out_loss(verifier_model, draft: Eagle3DraftModel, prompts: list[torch.Tensor], conts: list[list[int]]
-                  ) -> float:
+def verifier_states(verifier_model, prompts: list[torch.Tensor], conts: list[list[int]], layers: list[int]
+                    ) -> list[torch.Tensor]:
+    """The verifier's states of each prompt + continuation (:func:`~eagle3kit.data.hidden_states.extract`:
+    ``[T, len(layers) + 1, H]``), computed once for every draft measured on them."""
+    return [extract(verifier_model, torch.tensor([p[0].tolist() + c]), layers)[0]
+            for p, c in zip(prompts, conts, strict=True)]
+
+
+@torch.no_grad()
+def held_out_loss(verifier_model, draft: Eagle3DraftModel, prompts: list[torch.Tensor], conts: list[list[int]],
+                  states: list[torch.Tensor] | None = None) -> float:
     """speculators' eager KL loss of the draft's first TTT step on the continuations (the prompts unsupervised),
-    the batch made as speculators trains (``shift_batch``), averaged over the supervised tokens."""
+    the batch made as speculators trains (``shift_batch``), averaged over the supervised tokens; ``states``: the
+    verifier's (:func:`verifier_states`), else computed here."""
     loss_config, total, weight = resolve_loss_config("kl_div", "eager"), 0.0, 0
-    for prompt, cont in zip(prompts, conts, strict=True):
+    if states is None:
+        states = verifier_states(verifier_model, prompts, conts, list(draft.config.eagle_aux_hidden_state_layer_ids))
+    for prompt, cont, h in zip(prompts, conts, states, strict=True):
         ids = torch.tensor([prompt[0].tolist() + cont])
-        states = extract(verifier_model, ids, list(draft.config.eagle_aux_hidden_state_layer_ids))[0]
         mask = torch.zeros(ids.shape[1], dtype=torch.long)
         mask[prompt.shape[1]:] = 1
-        batch = shift_batch({"input_ids": ids[0], "hidden_states": states[:, :-1].flatten(1),
-                             "verifier_last_hidden_states": states[:, -1], "loss_mask": mask,
+        batch = shift_batch({"input_ids": ids[0], "hidden_states": h[:, :-1].flatten(1),
+                             "verifier_last_hidden_states": h[:, -1], "loss_mask": mask,
                              "lengths": torch.tensor([ids.shape[1]]), "position_ids": torch.arange(ids.shape[1])})
         batch = {k: v[None] for k, v in batch.items() if k != "lengths"}
         batch["document_ids"] = torch.zeros_like(batch["input_ids"])
@@ -116,10 +127,15 @@ def measure(draft: Eagle3DraftModel, verifier: Verifier, conversations=None, n_p
                else ev.chat_prompts(tok, given, n_prompts))
     conts = ev.continuations(model, prompts, max_new_tokens, progress=False)
     twins = [untrained_twin(draft, seed) for seed in SEEDS]
-    parts = ev.simulate_each(model, draft, prompts, conts, k, progress=False)
-    return Agreement(ev.merge(parts), ev.simulate(model, twins[0], prompts, conts, k, progress=False),
-                     held_out_loss(model, draft, prompts, conts),
-                     min(held_out_loss(model, twin, prompts, conts) for twin in twins), parts,
+    # one verifier forward of each sequence for all five measurements (the twins share the draft's aux layers)
+    layers = list(draft.config.eagle_aux_hidden_state_layer_ids)
+    states = verifier_states(model, prompts, conts, layers)
+    aux = {(tuple(p[0].tolist() + c), tuple(layers)): s[None, :, :-1].flatten(2)  # simulate's VerifierStates
+           for p, c, s in zip(prompts, conts, states, strict=True)}
+    parts = ev.simulate_each(model, draft, prompts, conts, k, progress=False, states=aux)
+    return Agreement(ev.merge(parts), ev.simulate(model, twins[0], prompts, conts, k, progress=False, states=aux),
+                     held_out_loss(model, draft, prompts, conts, states),
+                     min(held_out_loss(model, twin, prompts, conts, states) for twin in twins), parts,
                      given[:n_prompts] if named else [])
 
 
