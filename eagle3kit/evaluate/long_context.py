@@ -9,7 +9,8 @@ reply's room less); a long document pasted into a user turn counts as it comes.
 Held out: the histories come from the *end* of ShareGPT's seed-0 order, while every eagle3kit data build (the presets,
 the recipe lab) takes its conversations from the start of an order; with a data directory
 (:func:`training_prompts`), each conversation whose first user turn it trained on is left out as well. A
-conversation gives one prompt at most.
+conversation gives one prompt at most, named in its ``conversation`` by the :func:`key` of its uncut first user turn
+(a drawn prompt's own turn may be cut at its front), the name ``exclude`` matches.
 """
 
 from __future__ import annotations
@@ -120,8 +121,9 @@ def long_context_set(tokenizer, limit: int, per_bucket: int = PER_BUCKET, exclud
                      lengths: Sequence[int] | None = None) -> list[BenchPrompt]:
     """``per_bucket`` histories for each of :func:`buckets` (``limit``: the verifier's positions, of which
     ``reply_room`` stay free for the reply; ``lengths``: other context lengths instead), from ``conversations``
-    (default: ShareGPT V3) taken from the end of their seed-0 order, none whose first user turn's :func:`key` is in
-    ``exclude``. Fewer when the source runs out."""
+    (default: ShareGPT V3) taken from the end of their seed-0 order, none whose uncut first user turn's :func:`key`
+    is in ``exclude`` (:func:`training_prompts`, or drawn prompts' ``conversation``). Fewer when the source runs
+    out."""
     from eagle3kit.data import conversations as conv
     from eagle3kit.logs import quiet
 
@@ -135,16 +137,17 @@ def long_context_set(tokenizer, limit: int, per_bucket: int = PER_BUCKET, exclud
         open_ = [b for b in reversed(lengths) if len(found[b]) < per_bucket]
         if not open_:
             break
-        first = next((t["content"] for t in turns if t["role"] == "user"), "")
-        chars = sum(len(t["content"]) for t in turns)
-        if key(first) in exclude:
+        name = key(next((t["content"] for t in turns if t["role"] == "user"), ""))
+        if name in exclude:
             continue
+        chars = sum(len(t["content"]) for t in turns)
         for b in open_:  # the longest open bucket it can fill
             if chars < CHARS_PER_TOKEN * MIN_FILL * b:
                 continue  # too short to be worth tokenizing for this bucket
             history = _history(tokenizer, turns, int(MIN_FILL * b), cap[b])
             if history is not None:
-                found[b].append(BenchPrompt(f"{NAME}/{label(b)}/{len(found[b])}", label(b), history))
+                found[b].append(BenchPrompt(f"{NAME}/{label(b)}/{len(found[b])}", label(b), history,
+                                            conversation=name))
                 break
     return [p for b in lengths for p in found[b]]
 
