@@ -8,6 +8,7 @@ import torch
 from matplotlib.figure import Figure
 
 from eagle3kit.cli import main
+from eagle3kit.data import conversations as conv
 from eagle3kit.draft.config import build_config
 from eagle3kit.draft.model import build_model, save_draft
 from eagle3kit.evaluate import acceptance as ev
@@ -22,6 +23,15 @@ def test_buckets_end_at_the_verifiers_limit_and_read_back():
     assert long_context.buckets(3000) == [256, 1024, 2048, 3000]
     assert [context_curve.bucket_length(long_context.label(b)) for b in (256, 1024, 3000, 8192)] == [256, 1024, 3000,
                                                                                                      8192]
+
+
+def test_the_order_read_from_its_end_is_the_seeded_order_backwards():
+    chats = [[{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": f"a{i}" if i % 7 else ""}]
+             for i in range(40)]
+    counts: dict = {}
+    backwards = list(conv.ordered(chats, 3, counts, from_end=True))
+    assert backwards == list(reversed(list(conv.ordered(chats, 3)))) and len(backwards) == 34
+    assert counts["skipped_unusable"] == 6  # the empty replies, counted either way
 
 
 @pytest.fixture(scope="module")
