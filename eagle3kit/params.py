@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import papermill
-
 from eagle3kit import validate
 from eagle3kit.errors import UserError
 
@@ -57,6 +55,8 @@ def _default(text: str) -> Any:
 
 def parameters(path: str | os.PathLike) -> dict[str, Parameter]:
     """The parameters the notebook at ``path`` declares, by name, with their types (see the module docstring)."""
+    import papermill  # not at the top: every notebook imports this module (through eagle3kit.runner's record_summary)
+
     found = {}
     for name, info in papermill.inspect_notebook(str(path)).items():
         default = _default(info["default"])

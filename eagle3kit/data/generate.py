@@ -39,7 +39,7 @@ ALL_MASK_ATTENTION_FUNCTIONS.register(_SDPA_GQA, sdpa_mask)
 
 
 @contextmanager
-def _decoding(model) -> Iterator[None]:
+def decoding(model) -> Iterator[None]:
     """Inference mode, and :func:`_sdpa_gqa` in place of the model's ``sdpa`` attention (restored on exit)."""
     before = model.config._attn_implementation
     with torch.inference_mode():
@@ -73,6 +73,26 @@ class _BufferLayer(DynamicLayer):
     def select(self, rows: torch.Tensor, front: int) -> None:
         """Keep ``rows`` and drop the first ``front`` columns (padding that no kept row attends to)."""
         self._set(self.k_buf[rows, :, front:], self.v_buf[rows, :, front:], self.length - front)
+
+
+def right_aligned(caches: Sequence[DynamicCache], room: int) -> tuple[DynamicCache, torch.Tensor]:
+    """Prompts prefilled alone (batch-1 ``caches``) as the rows of one cache, right-aligned (left padding) in buffers
+    with ``room`` free columns, and its attention mask (1: a token of the row)."""
+    lengths = [c.get_seq_length() for c in caches]
+    width = max(lengths)
+    layers = []
+    for j, first in enumerate(caches[0].layers):
+        shape = (len(caches), first.keys.shape[1], width + room, first.keys.shape[3])
+        k, v = first.keys.new_zeros(shape), first.keys.new_zeros(shape)
+        for r, (c, n) in enumerate(zip(caches, lengths, strict=True)):
+            k[r, :, width - n:width], v[r, :, width - n:width] = c.layers[j].keys[0], c.layers[j].values[0]
+        layers.append(_BufferLayer(k, v, width))
+    mask = torch.zeros(len(caches), width, dtype=torch.long, device=caches[0].layers[0].keys.device)
+    for r, n in enumerate(lengths):
+        mask[r, width - n:] = 1
+    cache = DynamicCache()
+    cache.layers = layers
+    return cache, mask
 
 
 class _Batch:
@@ -185,11 +205,11 @@ def _replies(model, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: 
         free = batch_size - len(batch)
         if waiting and (free >= max(1, batch_size // 4) or not len(batch)):
             take = [waiting.pop() for _ in range(min(free, len(waiting)))]
-            with _decoding(model):
+            with decoding(model):
                 finished = batch.admit([(i, prompts[i]) for i in take])
             yield from finished
         if len(batch):
-            with _decoding(model):
+            with decoding(model):
                 finished = batch.step()
             yield from finished
 

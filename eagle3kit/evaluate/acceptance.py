@@ -111,7 +111,7 @@ def teacher_forced_draft_tokens(verifier, draft, sequence: torch.Tensor, k: int,
     key = (tuple(sequence[0].tolist()), tuple(layers))
     aux = states.get(key) if states is not None else None
     if aux is None:
-        out = verifier(input_ids=sequence, output_hidden_states=True)
+        out = verifier(input_ids=sequence, output_hidden_states=True, logits_to_keep=1)  # its states, not its logits
         aux = aux_hidden_states(out.hidden_states, layers)
         if states is not None:
             states[key] = aux

@@ -38,12 +38,15 @@ HUMANEVAL_REQUEST = ("Complete the following Python function. Reply with the who
 @dataclass(frozen=True)
 class BenchPrompt:
     """One prompt of a named set: ``messages`` is the chat so far, ending with the user's turn; ``follow_up`` (the
-    second turn of ``mt-bench-2``) is asked after the verifier has answered ``messages``."""
+    second turn of ``mt-bench-2``) is asked after the verifier has answered ``messages``; ``conversation`` names the
+    conversation a drawn prompt came from (``long-context``: :func:`eagle3kit.evaluate.long_context.key` of its
+    uncut first user turn, which ``messages`` may hold cut at its front), None for a set's own prompts."""
 
     id: str
     category: str
     messages: tuple[dict, ...]
     follow_up: str | None = None
+    conversation: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ reply's room less); a long document pasted into a user turn counts as it comes.
 Held out: the histories come from the *end* of ShareGPT's seed-0 order, while every eagle3kit data build (the presets,
 the recipe lab) takes its conversations from the start of an order; with a data directory
 (:func:`training_prompts`), each conversation whose first user turn it trained on is left out as well. A
-conversation gives one prompt at most.
+conversation gives one prompt at most, named in its ``conversation`` by the :func:`key` of its uncut first user turn
+(a drawn prompt's own turn may be cut at its front), the name ``exclude`` matches.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ REPLY_ROOM = 64  # tokens left under the verifier's limit for the reply, at leas
 KEY_CHARS = 64  # a conversation is named by the first characters of its first user turn (whitespace collapsed)
 SOURCE_SEED = 0  # the order whose end the histories come from
 CHARS_PER_TOKEN = 2  # a conversation is tokenized for a bucket only with this many characters a token it needs
+BATCH_TOKENS = 16384  # prompts decode together while rows x (widest prompt + reply) stays within this (its cache)
 
 
 def label(length: int) -> str:
@@ -120,8 +122,9 @@ def long_context_set(tokenizer, limit: int, per_bucket: int = PER_BUCKET, exclud
                      lengths: Sequence[int] | None = None) -> list[BenchPrompt]:
     """``per_bucket`` histories for each of :func:`buckets` (``limit``: the verifier's positions, of which
     ``reply_room`` stay free for the reply; ``lengths``: other context lengths instead), from ``conversations``
-    (default: ShareGPT V3) taken from the end of their seed-0 order, none whose first user turn's :func:`key` is in
-    ``exclude``. Fewer when the source runs out."""
+    (default: ShareGPT V3) taken from the end of their seed-0 order, none whose uncut first user turn's :func:`key`
+    is in ``exclude`` (:func:`training_prompts`, or drawn prompts' ``conversation``). Fewer when the source runs
+    out."""
     from eagle3kit.data import conversations as conv
     from eagle3kit.logs import quiet
 
@@ -130,55 +133,91 @@ def long_context_set(tokenizer, limit: int, per_bucket: int = PER_BUCKET, exclud
     found: dict[int, list[BenchPrompt]] = {b: [] for b in lengths}
     with quiet(stdout=True):  # speculators' normaliser names every unknown ShareGPT role it maps
         source = conv.read(None) if conversations is None else list(conversations)
-        ordered = list(conv.ordered(source, SOURCE_SEED))
-    for turns in reversed(ordered):
-        open_ = [b for b in reversed(lengths) if len(found[b]) < per_bucket]
-        if not open_:
-            break
-        first = next((t["content"] for t in turns if t["role"] == "user"), "")
-        chars = sum(len(t["content"]) for t in turns)
-        if key(first) in exclude:
-            continue
-        for b in open_:  # the longest open bucket it can fill
-            if chars < CHARS_PER_TOKEN * MIN_FILL * b:
-                continue  # too short to be worth tokenizing for this bucket
-            history = _history(tokenizer, turns, int(MIN_FILL * b), cap[b])
-            if history is not None:
-                found[b].append(BenchPrompt(f"{NAME}/{label(b)}/{len(found[b])}", label(b), history))
+        for turns in conv.ordered(source, SOURCE_SEED, from_end=True):  # normalised as reached
+            open_ = [b for b in reversed(lengths) if len(found[b]) < per_bucket]
+            if not open_:
                 break
+            name = key(next((t["content"] for t in turns if t["role"] == "user"), ""))
+            if name in exclude:
+                continue
+            chars = sum(len(t["content"]) for t in turns)
+            for b in open_:  # the longest open bucket it can fill
+                if chars < CHARS_PER_TOKEN * MIN_FILL * b:
+                    continue  # too short to be worth tokenizing for this bucket
+                history = _history(tokenizer, turns, int(MIN_FILL * b), cap[b])
+                if history is not None:
+                    found[b].append(BenchPrompt(f"{NAME}/{label(b)}/{len(found[b])}", label(b), history,
+                                                conversation=name))
+                    break
     return [p for b in lengths for p in found[b]]
 
 
-@torch.no_grad()
-def continue_with_states(verifier, prompt: Sequence[int], max_new_tokens: int, eos: set[int],
-                         aux_layer_ids: Sequence[int], states: VerifierStates) -> list[int]:
-    """The verifier's greedy continuation of ``prompt`` (ending with the end token that stops it), and its aux hidden
-    states over prompt + continuation kept in ``states`` as the simulation keys them: one prefill and one forward a
-    token with the KV cache, where the continuation and then a forward over the whole sequence would read a long
-    prompt twice."""
+def _groups(ids: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+    """Prompt indices, shortest first, in groups that decode together: rows x widest row <= :data:`BATCH_TOKENS`."""
+    out: list[list[int]] = []
+    for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):
+        if out and (len(out[-1]) + 1) * (len(ids[i]) + max_new_tokens) <= BATCH_TOKENS:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def _continue_together(verifier, prompts: list[Sequence[int]], max_new_tokens: int, eos: set[int],
+                       layers: list[int], bar) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """The greedy continuations of ``prompts`` and their aux states ``[T, n_aux * H]`` over prompt + continuation:
+    each prompt prefilled alone, then one forward a token for all of them; a row stays until its last token is read."""
     from transformers import DynamicCache
 
-    device = next(verifier.parameters()).device
-    cache, layers, parts, cont = DynamicCache(), list(aux_layer_ids), [], []
-    step = torch.tensor([list(prompt)], device=device)
-    while True:
-        out = verifier(input_ids=step, past_key_values=cache, use_cache=True, output_hidden_states=True)
-        parts.append(aux_hidden_states(out.hidden_states, layers))
-        if len(cont) == max_new_tokens or (cont and cont[-1] in eos):
-            break
-        cont.append(int(out.logits[0, -1].argmax()))
-        step = torch.tensor([[cont[-1]]], device=device)
-    states[(tuple(int(t) for t in prompt) + tuple(cont), tuple(layers))] = torch.cat(parts, dim=1)
-    return cont
+    from eagle3kit.data.generate import right_aligned
+
+    dev, caches, parts, conts = next(verifier.parameters()).device, [], [], []
+    for p in prompts:
+        caches.append(DynamicCache(config=verifier.config))
+        out = verifier(input_ids=torch.tensor([list(p)], device=dev), past_key_values=caches[-1], use_cache=True,
+                       output_hidden_states=True, logits_to_keep=1)
+        parts.append([aux_hidden_states(out.hidden_states, layers)[0]])
+        conts.append([int(out.logits[0, -1].argmax())])
+        bar.update()
+    cache, mask = right_aligned(caches, max_new_tokens)
+    caches.clear()
+    pos, reading = torch.tensor([len(p) for p in prompts], device=dev), list(range(len(prompts)))
+    while reading:
+        mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)
+        out = verifier(input_ids=torch.tensor([[c[-1]] for c in conts], device=dev), attention_mask=mask,
+                       position_ids=pos[:, None], past_key_values=cache, use_cache=True, output_hidden_states=True)
+        aux, pos = aux_hidden_states(out.hidden_states, layers), pos + 1
+        following = out.logits[:, -1].argmax(-1).tolist()
+        for r in list(reading):
+            parts[r].append(aux[r])
+            if conts[r][-1] in eos or len(conts[r]) == max_new_tokens:
+                reading.remove(r)  # its last token's states are read: the row idles until the group ends
+            else:
+                conts[r].append(following[r])
+    return conts, [torch.cat(p) for p in parts]
 
 
 def continuations_with_states(verifier, ids: Sequence[Sequence[int]], max_new_tokens: int, eos_token_id,
                               aux_layer_ids: Sequence[int], states: VerifierStates, progress: bool = True
                               ) -> list[list[int]]:
-    """:func:`continue_with_states` for each prompt (one at a time: long prompts do not batch on a CPU)."""
+    """The verifier's greedy continuation of each prompt (ending with the end token that stops it), and its aux hidden
+    states over prompt + continuation kept in ``states`` as the simulation keys them. Each prompt is prefilled alone
+    (its first token as batch-1 decoding finds it), then prompts of similar length decode together, one forward a
+    token for all (:func:`eagle3kit.data.generate.right_aligned`): where a forward per prompt and token, or a forward
+    over each whole sequence after its continuation, would read a long prompt twice."""
+    from eagle3kit.data.generate import decoding
+
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1 (got {max_new_tokens}).")
     eos = set([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id or [])
-    return [continue_with_states(verifier, p, max_new_tokens, eos, aux_layer_ids, states)
-            for p in tqdm(ids, desc="long-context replies", disable=not progress)]
+    layers, conts = list(aux_layer_ids), [[] for _ in ids]
+    with decoding(verifier), tqdm(total=len(ids), desc="long-context prompts", disable=not progress) as bar:
+        for group in _groups(ids, max_new_tokens):
+            made, aux = _continue_together(verifier, [ids[i] for i in group], max_new_tokens, eos, layers, bar)
+            for i, cont, a in zip(group, made, aux, strict=True):
+                conts[i] = cont
+                states[(tuple(int(t) for t in ids[i]) + tuple(cont), tuple(layers))] = a[None]
+    return conts
 
 
 def score(verifier, drafts: dict, tokenizer, prompts: list[BenchPrompt], max_new_tokens: int, k: int,

@@ -52,7 +52,8 @@ def read_scored(path: str | os.PathLike) -> tuple[dict[str, ScoredSet], dict]:
     raw = json.loads(Path(path).read_text())
     sets = {}
     for s in raw.pop("sets"):
-        prompts = [BenchPrompt(p["id"], p["category"], tuple(p["messages"]), p.get("follow_up")) for p in s["prompts"]]
+        prompts = [BenchPrompt(p["id"], p["category"], tuple(p["messages"]), p.get("follow_up"), p.get("conversation"))
+                   for p in s["prompts"]]
         simulated = None if s["simulated"] is None else [PromptScore(**r) for r in s["simulated"]]
         sets[s["name"]] = ScoredSet(s["name"], prompts, s["ids"], s["conts"], s["continuations_from"], simulated,
                                     s.get("vllm_histograms"), s.get("vllm_outputs"))
