@@ -154,7 +154,10 @@ def test_training_stepper_steps_runs_and_stops_in_jupyterlab(lab, page, steps):
     # the tiny verifier: the small data set (eagle3kit.notebook.SMALL_DATA) built in the notebook in seconds
     # max_steps: room for a Run N that outlasts the click on Stop (tiny steps take ~0.1 s; the widget redraws every
     # ~2 s while it runs)
-    small = {"verifier": "tiny", "total_seq_len": 256, "first_steps": 1, "run_steps": 2, "max_steps": 5000}
+    # rehearse_ranks / overfit_steps 0: the notebook's later cells that do not touch the stepper (the ci run of every
+    # notebook executes them; here they would add two torchrun ranks and a second training run to a widget test)
+    small = {"verifier": "tiny", "total_seq_len": 256, "first_steps": 1, "run_steps": 2, "max_steps": 5000,
+             "rehearse_ranks": 0, "overfit_steps": 0}
     book = _open_and_run(lab, page, steps, "05", small, timeout=420)
     stepper = Widgets.box_of(page, ".widget-button:text-is('Run N')")
     ui = Widgets(page, stepper)
