@@ -49,7 +49,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "05": {
         "ci": {"total_seq_len": 384, "max_steps": 40, "warm_start_layer": -1,
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
-               "rehearse_ranks": 2, "rehearse_steps": 3, "tau_every": 2},
+               "rehearse_ranks": 1, "rehearse_steps": 3, "tau_every": 2},
         # demo training budget, shared with 06 (which resumes this session): 3 + 118 steps here + 120 in 06 = the
         # steps the recipe lab trained its `less-data` row (bench/recipe.py --demo), 1024 tokens a step, bf16 autocast
         # where the CPU has it ("native"), from the verifier's last layer (eagle3kit.draft.warm_start), at
