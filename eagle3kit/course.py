@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from eagle3kit import presets
-from eagle3kit.evaluate.recipes import Lab, LabRow, read_lab
+from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow, read_lab
 from eagle3kit.plan.commands import torchrun_command
 from eagle3kit.runner import read_summary
 
@@ -65,7 +65,24 @@ def buys(s06: dict) -> list[str]:
            f"{s06.get('serve_batch')}, vLLM), predicted: {there:.2f}x at this acceptance "
            f"({s06.get('acceptance_from')}); the draft pays above τ {_tau(s06.get('break_even_there'))}."
            if there is not None else "On a GPU: not predicted in this run.")
-    return [here, gpu]
+    return [here, gpu, verdict(s06)]
+
+
+def verdict(s06: dict) -> str:
+    """One plain sentence: whether to serve the draft, from the speedups measured here and predicted there."""
+    speed, there = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there")
+    cases = {"here": speed["draft"] / speed["plain"] if speed else None, "on the planned GPU run": there}
+    known = {where: r for where, r in cases.items() if r is not None}
+    if not known:
+        return "Verdict: no speed was measured or predicted in this run."
+    slower, faster = [w for w, r in known.items() if r < 1], [w for w, r in known.items() if r >= 1]
+    pays = f"it pays above τ {_tau(s06.get('break_even_there'))} there"
+    if not faster:
+        return (f"Verdict: this draft slows decoding {' and '.join(slower)}; do not serve it yet ({pays}; what "
+                "more minutes of training buy is below).")
+    if not slower:
+        return f"Verdict: this draft speeds decoding {' and '.join(faster)}; serve it."
+    return f"Verdict: this draft speeds decoding {' and '.join(faster)} but slows it {' and '.join(slower)}."
 
 
 def why(s06: dict, s04: dict | None = None) -> str:
@@ -90,8 +107,7 @@ def why(s06: dict, s04: dict | None = None) -> str:
         on = f" on {samples} training conversations" if samples else ""
         parts.append(f"On its last training batch the draft's first guess is right {trained_acc:.2f} of the time, "
                      f"against {acc[0]:.2f} on held-out prompts: trained {s06.get('train_steps_total')} steps{on}, it "
-                     "has learnt its training replies better than the language; more conversations close that gap "
-                     "(the lab's frontier below).")
+                     "has learnt its training replies better than the language.")
     parts.append("Notebook 07 shows which tokens it misses, by class, and how τ moves with the context's length.")
     return " ".join(parts)
 
@@ -155,8 +171,13 @@ def reaches(lab: Lab, tau: float | None, on: str = "held-out") -> str:
     if hit:
         return (f"The lab's best recipe reached τ {tau:.2f}, where the planned GPU run pays, at {hit.minutes:.1f} CPU "
                 "minutes.")
+    before = sorted((r for r in lab.frontier_before if on in r.tau), key=lambda r: r.minutes)
+    old = next((r for r in before if r.tau[on].mean >= tau), None)
+    then = (f" Round 1's frontier, drawn faint in the figure, did reach it at {old.minutes:.0f} minutes "
+            f"(τ {old.tau[on].mean:.2f}), on {BEFORE_HOST}, so the two are not one curve." if old else "")
     return (f"Within the lab's {rows[-1].minutes:.0f} CPU minutes the best recipe did not reach τ {tau:.2f}, where the "
-            f"planned GPU run pays (it reached {rows[-1].tau[on].mean:.2f}); longer budgets were not measured.")
+            f"planned GPU run pays (it reached {rows[-1].tau[on].mean:.2f}); longer budgets were not measured with "
+            f"this round's step.{then}")
 
 
 def preset_changes(preset: str = "full", base: str = "demo") -> dict[str, dict[str, object]]:

@@ -23,6 +23,16 @@ from transformers.utils import logging as hf_logging
 
 QUIET_LOGGERS = ("speculators",)  # loguru names (and standard logging's: its data pipeline) that only narrate
 QUIET_BARS = ("speculators.train.vocab_mapping",)  # modules whose own ``tqdm`` draws a bar for sub-second work
+# loggers whose warnings state the expected on a CPU-only machine, e.g. torch.compile's C++ toolchain lookup: "No CUDA
+# runtime is found, using CUDA_HOME=..." (notebook 03's first compiled BlockMask printed it to stderr)
+EXPECTED_ON_CPU = ("torch.utils.cpp_extension",)
+
+
+def silence_expected() -> None:
+    """Raise the loggers of :data:`EXPECTED_ON_CPU` to errors only, for the rest of the process (notebooks'
+    :func:`eagle3kit.notebook.setup`)."""
+    for name in EXPECTED_ON_CPU:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 class _Silencer:

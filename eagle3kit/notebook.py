@@ -38,8 +38,12 @@ def setup(workdir: str | os.PathLike, seed: int | None = None, threads: int | No
     """The first code cell of every notebook: seed torch, set the thread count (``None``: torch's own, which follows
     ``OMP_NUM_THREADS``), widen pandas' table cells, make ``workdir``; return it as a Path.
 
-    Library log lines are silenced where they happen (:func:`eagle3kit.logs.quiet`, inside eagle3kit's loaders), and
-    figures display as images once ``eagle3kit`` is imported (:func:`eagle3kit.figures.show_figures_as_png`)."""
+    Library log lines are silenced where they happen (:func:`eagle3kit.logs.quiet`, inside eagle3kit's loaders), as
+    are warnings that state the expected on a CPU (:func:`eagle3kit.logs.silence_expected`); figures display as
+    images once ``eagle3kit`` is imported (:func:`eagle3kit.figures.show_figures_as_png`)."""
+    from eagle3kit.logs import silence_expected
+
+    silence_expected()
     if seed is not None:
         torch.manual_seed(seed)
     if threads is not None:

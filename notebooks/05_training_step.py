@@ -90,7 +90,8 @@ session = TrainSession(data, config_01 if from_01 else None, lr=lr, total_seq_le
 b = session.build
 if from_01:
     print("draft shape from notebook 01:", config_01)
-print(f"data: {data} ({len(session.batches.dataset)} training samples, {len(session.batches)} packed batches "
+print(f"data: {data} ({len(session.batches.dataset)} of its {data.n_samples} samples train, the rest is speculators' "
+      f"validation split (train_data_ratio {session.settings.train_data_ratio}); {len(session.batches)} packed batches "
       f"of {total_seq_len} tokens per epoch)")
 print(f"draft: {b.spec.num_layers} layer(s), aux layers {b.aux_layer_ids}, draft vocab {b.config.draft_vocab_size}, "
       f"attention {b.attention.implementation}, loss {session.settings.loss_implementation}, device {session.device}")

@@ -193,8 +193,9 @@ ev.plot_acceptance(sim)
 # SpecForge's `simulated_acc_len` = acc₀ + acc₀·acc₁ + … (acc_i: conditional acceptance per draft position) does not,
 # and neither does the sum of speculators' EAGLE-3 training accuracies `full_acc_i` (**cumulative** rates: the share
 # of rounds whose first *i* draft tokens were all accepted, against the **conditional** `acc_i` above). **Conversion:
-# τ = simulated_acc_len + 1.** The table states the trained draft's simulated acceptance (every start position) in
-# each convention; the last row comes from the last training batch, so it differs by the data, not the convention.
+# τ = simulated_acc_len + 1.** The first row is the simulated τ above (rounds along the decode walk, as vLLM runs
+# them); the next ones count a round from *every* start position, as the EAGLE papers' per-position rates do, so they
+# differ from the first by that alone; the last row comes from the last training batch, so it differs by the data.
 
 # %%
 last = session.history[-1]
@@ -225,9 +226,9 @@ print(f"the reloaded draft decodes prompt 0 with τ {same.tau:.3f} (lossless: {s
 # `make vllm`) generates greedily from the held-out prompts (token ids) and, in the same run, from the named
 # benchmark's prompts, twice: with the draft and without it. That proves three things: vLLM loads what eagle3kit
 # exported; it measures the same τ with its own spec-decode counters (close, not always equal: its kernels round
-# differently, so a near tie can go the other way); and the draft leaves the output unchanged (`lossless`). vLLM's
-# per-position rates count the rounds it ran, eagle3kit's simulated ones every start position. The last line is the
-# command that serves the draft on this CPU.
+# differently, so a near tie can go the other way); and the draft leaves the output unchanged (`lossless`). Both
+# columns' per-position rows are shares of rounds (vLLM's the rounds it ran, the simulation's its decode walk), so
+# each column's rows add up to its τ − 1. The last line is the command that serves the draft on this CPU.
 
 # %%
 bench_prompts = benchmarks.load_set(bench, n_bench_prompts or None) if bench else []
@@ -345,7 +346,7 @@ record_summary(workdir, "06", **summary.summary_numbers(sim, real, gate, named),
                plan_verifier=plan_verifier, plan_gpu=plan_gpu, serve_batch=serve_batch,
                speedup_predicted_there=round(there.speedup, 3), break_even_there=round(there.break_even, 2),
                acceptance_there=[round(a, 3) for a in acceptance], acceptance_from=tau_from, closing=speed_line,
-               train_full_acc_0=round(float(last["full_acc_0"]), 3), training_samples=session.data.n_samples,
+               train_full_acc_0=round(float(last["full_acc_0"]), 3), training_samples=len(session.batches.dataset),
                outside_vocab_share=outside_share(conts, draft_vocab_mask(session.model)))
 
 # %% [markdown]

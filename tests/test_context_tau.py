@@ -83,3 +83,14 @@ def test_a_verdict_on_few_prompts_a_length_says_it_is_a_first_look():
     few = context_curve.fall(table(2), 1024)
     assert few.prompts == 2 and "holds past the training length. With 2 prompt(s) a length" in few.describe()
     assert "first look" not in context_curve.fall(table(PER_BUCKET), 1024).describe()
+
+
+def test_the_training_length_is_the_longest_document_not_the_pack(drafts):
+    """Positions restart per document, so a draft trained on 1024-token packs of 230-token documents never saw a
+    context past 230: its record says so, and the training length is the shortest of the three."""
+    from eagle3kit.draft.model import read_training, trained_length
+
+    assert trained_length({"total_seq_len": 1024, "seq_length": 1024, "longest_document": 230}) == 230
+    assert trained_length({"total_seq_len": 512, "seq_length": 1024}) == 512  # run.yaml: no document lengths
+    record = read_training(drafts[0])
+    assert 0 < record["longest_document"] <= record["seq_length"] == TRAINED

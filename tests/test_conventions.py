@@ -35,6 +35,9 @@ def test_the_table_converts_one_measurement_consistently():
     frame = table(acc, full_acc=[0.5, 0.25, 0.1]).set_index("convention")["value"]
     tau = acc.tau_all_starts
     assert 1.0 < tau < 4.0
+    # the first row is the decode walk's τ (vLLM's rounds), apart from every start position's by the walk alone
+    assert frame.iloc[0] == pytest.approx(acc.tau) and frame.index[0].startswith("eagle3kit τ along the decode walk")
+    assert frame["eagle3kit τ over every start position (EAGLE papers)"] == pytest.approx(tau)
     assert frame["eagle3kit τ from per-position rates"] == pytest.approx(tau)
     assert frame["speculators eal"] == pytest.approx(tau)
     assert frame["SpecForge simulated_acc_len"] == pytest.approx(tau - 1)

@@ -37,6 +37,17 @@ def test_the_headline_is_vllm_with_its_batch_when_vllm_served_the_draft(tmp_path
     text = course.conclusion(tmp_path)
     assert "**τ = 1.13** on 16 held-out prompts, counted by vLLM's spec-decode counters" in text
     assert "96 sequences decoded together" in text and "(0.50x)" in text and "per-request counters" in text
+    assert "Verdict: this draft slows decoding here and on the planned GPU run; do not serve it yet" in text
+
+
+def test_the_verdict_says_serve_only_where_every_speedup_is_above_one():
+    fast = {**SIMULATED, "tokens_per_s_vllm": {"draft": 120.0, "plain": 100.0}, "speedup_predicted_there": 1.4}
+    assert course.verdict(fast) == "Verdict: this draft speeds decoding here and on the planned GPU run; serve it."
+    mixed = {**fast, "tokens_per_s_vllm": {"draft": 50.0, "plain": 100.0}}
+    assert course.verdict(mixed) == ("Verdict: this draft speeds decoding on the planned GPU run but slows it "
+                                     "here.")
+    assert course.verdict(SIMULATED).startswith("Verdict: this draft slows decoding on the planned GPU run; do not")
+    assert "no speed" in course.verdict({**SIMULATED, "speedup_predicted_there": None})
 
 
 def test_the_options_split_a_lab_rows_steps_between_notebooks_05_and_06():
@@ -71,3 +82,15 @@ def test_a_lab_rows_options_carry_its_presets_packs_and_conversations():
         packs = made["total_seq_len"]
         assert (f"--set total_seq_len={packs}" in options) == (packs != presets.parameters("demo", "05").get(
             "total_seq_len", course._default_packs()))
+
+
+def test_a_break_even_only_round_1_reached_is_said_with_its_host_and_one_neither_reached_without():
+    lab = read_lab()
+    best_before = max(r.tau["held-out"].mean for r in lab.frontier_before)
+    best_now = max(r.tau["held-out"].mean for r in lab.frontier)
+    between = (best_before + best_now) / 2  # reached by round 1's frontier only (the faint points in 06's figure)
+    assert best_now < between < best_before
+    said = course.reaches(lab, between)
+    assert "did not reach" in said and "Round 1's frontier, drawn faint in the figure, did reach it" in said
+    assert course.BEFORE_HOST in said
+    assert "Round 1" not in course.reaches(lab, best_before + 0.1)

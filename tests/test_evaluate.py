@@ -28,6 +28,19 @@ def test_a_perfect_draft_commits_k_plus_one_tokens_per_round():
     # walk: starts 6, 10, 14 take 4 tokens each; start 18 has room for 1 draft token + the bonus.
     assert acc.walk_accepted == [3, 3, 3, 1] and acc.walk_tokens == 14 and acc.tau == 3.5
     assert acc.rates()["conditional"].tolist() == [1.0, 1.0, 1.0]
+    # per round along the walk, as vLLM counts: the last round had room for one draft token only
+    assert acc.walk_rates() == [1.0, 0.75, 0.75] and acc.rates()["cumulative"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_the_walks_per_position_rates_add_up_to_its_tau_where_every_starts_do_not():
+    """The rates set beside vLLM's counters (rounds) are the walk's: they sum to the walk's τ − 1 (each round commits
+    its accepted tokens + 1); the rates over every start position sum to another τ, the all-starts one."""
+    seq = list(range(60))
+    tokens = _perfect(seq, 3)
+    tokens[0, ::4] = -1  # the first draft token is wrong at every fourth start: the walk steps over most of them
+    acc = ev.acceptance_of(tokens, seq, prompt_len=10, k=3)
+    assert sum(acc.walk_rates()) == pytest.approx(acc.tau - 1, abs=0.02)  # the last round may be cut by the end
+    assert abs(1 + acc.rates()["cumulative"].sum() - acc.tau) > 0.3  # every start's: not the walk's τ
 
 
 def test_a_draft_wrong_at_position_two_is_counted_so():

@@ -267,3 +267,25 @@ def test_walls_of_text_are_flagged_and_short_or_html_outputs_are_not(tmp_path):
     assert len(at(problems, 1)) == 1 and "wall of 45 lines" in at(problems, 1)[0]
     assert len(at(problems, 2)) == 1
     assert at(problems, 3) == [] and at(problems, 4) == []  # 40 lines is not a wall; a table shows as HTML
+
+
+def test_cpu_only_toolchain_warnings_are_quiet_after_setup_and_heard_before(tmp_path, caplog):
+    """torch.compile's "No CUDA runtime is found" (notebook 03's demo run printed it to stderr) is expected on a CPU:
+    notebook.setup silences that logger; before it, the same warning is emitted."""
+    import logging
+
+    from eagle3kit import logs, notebook
+
+    name = logs.EXPECTED_ON_CPU[0]
+    level = logging.getLogger(name).level
+    try:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+        with caplog.at_level(logging.WARNING):
+            logging.getLogger(name).warning("No CUDA runtime is found")
+        assert "No CUDA runtime" in caplog.text
+        caplog.clear()
+        notebook.setup(tmp_path / "work")
+        logging.getLogger(name).warning("No CUDA runtime is found")
+        assert "No CUDA runtime" not in caplog.text
+    finally:
+        logging.getLogger(name).setLevel(level)

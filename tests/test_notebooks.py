@@ -109,7 +109,8 @@ def test_all_notebooks_run_with_the_ci_preset(ci_run):
     assert why["same_as_06"] == f"{held}/{held}" and why["class_prompts"] > 0
     ci = {n: presets.NOTEBOOKS[n]["ci"] for n in ("04", "05")}  # 06 resumed 05's session on 04's data
     assert set(why["context_tau"]) == {"256", "1k"}
-    assert why["trained_length"] == min(ci["05"]["total_seq_len"], ci["04"]["seq_length"])
+    # the longest context the draft saw: its longest training document, within the pack and the data's cap
+    assert 0 < why["trained_length"] <= min(ci["05"]["total_seq_len"], ci["04"]["seq_length"])
     assert all((out / p.name).exists() for p in NOTEBOOKS)
 
 

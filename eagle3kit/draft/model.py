@@ -79,8 +79,9 @@ def read_training(draft_dir: str | os.PathLike) -> dict:
 
 def trained_length(training: dict) -> int | None:
     """The longest context a draft was trained at, from a training record (or speculators' run.yaml keys): the
-    shorter of its pack (``total_seq_len``) and its longest document (``seq_length``); None when neither is known."""
-    known = [int(training[k]) for k in ("total_seq_len", "seq_length") if training.get(k)]
+    shortest of its pack (``total_seq_len``), the data's document cap (``seq_length``) and its longest training
+    document (``longest_document``, eagle3kit's record only); None when none is known."""
+    known = [int(training[k]) for k in ("total_seq_len", "seq_length", "longest_document") if training.get(k)]
     return min(known) if known else None
 
 

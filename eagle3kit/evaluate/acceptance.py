@@ -51,6 +51,12 @@ class Acceptance:
         """τ averaged over every start position: 1 + mean accepted draft tokens."""
         return 1.0 + float(np.mean(self.accept_all)) if self.accept_all else float("nan")
 
+    def walk_rates(self) -> list[float]:
+        """Per draft position i: the share of the decode walk's rounds that accepted at least i draft tokens, as
+        vLLM's counters measure it (accepted at position i / rounds); they sum to the walk's mean accepted tokens."""
+        a = np.asarray(self.walk_accepted)
+        return [float((a >= i).mean()) if a.size else float("nan") for i in range(1, self.k + 1)]
+
     def rates(self) -> pd.DataFrame:
         """Per draft position i: P(first i tokens accepted) and P(token i accepted | tokens before it accepted)."""
         a = np.asarray(self.accept_all)

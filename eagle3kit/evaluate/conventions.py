@@ -52,12 +52,16 @@ def speculators_eal(accepted: list[int], k: int) -> float:
 def table(acc: Acceptance, full_acc: list[float] | None = None) -> pd.DataFrame:
     """The same acceptance measured once, stated in each convention, with the conversion to eagle3kit's τ.
 
-    ``acc``: simulated acceptance over every start position (:func:`eagle3kit.evaluate.acceptance.simulate`).
+    ``acc``: simulated acceptance (:func:`eagle3kit.evaluate.acceptance.simulate`). Its first row is τ along the
+    decode walk (rounds as vLLM runs them: what its counters measure); the rest count every start position, which
+    also starts rounds where no walk would, so they differ from the first by that alone.
     ``full_acc``: speculators' training metrics ``full_acc_i`` of a step, when given.
     """
     conditional = acc.rates()["conditional"].fillna(0.0).tolist()
     rows = [
-        ("eagle3kit τ (EAGLE papers, vLLM)", "1 + mean accepted draft tokens", acc.tau_all_starts, True, "τ"),
+        ("eagle3kit τ along the decode walk (vLLM's rounds)", "tokens committed / rounds", acc.tau, True, "τ"),
+        ("eagle3kit τ over every start position (EAGLE papers)", "1 + mean accepted draft tokens",
+         acc.tau_all_starts, True, "τ"),
         ("eagle3kit τ from per-position rates", "1 + Σ_i c_1…c_i", tau_from_conditional(conditional), True, "τ"),
         ("speculators eal", "leading run of correct slots + 1 (compute_accepted_length_counts)",
          speculators_eal(acc.accept_all, acc.k) if acc.accept_all else float("nan"), True, "τ"),

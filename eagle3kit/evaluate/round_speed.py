@@ -165,9 +165,9 @@ class CpuPrediction:
                  f"this one reaches τ {self.tau:.2f}.")
         cases = []
         if one_at_a_time:
-            cases.append(f"one sequence at a time on this same CPU (bench/speedup.py: break-even τ "
-                         f"{one_at_a_time['break-even τ']:.2f}, the same draft {one_at_a_time['published']:.2f}x plain "
-                         "speed)")
+            cases.append(f"one sequence at a time on this same CPU (bench/speedup.py's draft, at τ "
+                         f"{one_at_a_time['τ']:.2f}, measured {one_at_a_time['published']:.2f}x plain speed there; "
+                         f"break-even τ {one_at_a_time['break-even τ']:.2f})")
         if elsewhere_break_even is not None:
             cases.append(f"{elsewhere} (break-even τ {elsewhere_break_even:.2f})")
         where = f": memory-bound decoding, as {' or '.join(cases)}" if cases else " (memory-bound decoding)"

@@ -300,9 +300,11 @@ class TrainSession:
             return save_draft(self.model, directory, dtype, training=self.training_record())
 
     def training_record(self) -> dict[str, Any]:
-        """The lengths the draft was trained at: ``total_seq_len`` (a pack) and the data's ``seq_length`` (the
-        longest document; positions restart per document, so the draft never saw a longer context), the steps."""
+        """The lengths the draft was trained at: ``total_seq_len`` (a pack), the data's ``seq_length`` (the cap its
+        documents were cut to) and ``longest_document`` (the longest training sample: positions restart per document,
+        so the draft never saw a longer context), the steps."""
         return {"total_seq_len": self.settings.total_seq_len, "seq_length": self.data.seq_length,
+                "longest_document": int(max(self.batches.dataset.approx_lengths)),
                 "steps": self.global_step, "ttt_steps": self.ttt_steps}
 
 

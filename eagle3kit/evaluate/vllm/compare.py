@@ -22,17 +22,17 @@ def same_as_greedy(check: VllmCheck, continuations: list[list[int]]) -> int:
 def comparison_table(check: VllmCheck, simulated: Acceptance, decoded: DecodeRun | None,
                      continuations: list[list[int]]) -> pd.DataFrame:
     """One row per measure, one column per engine: vLLM (its counters), eagle3kit's decode loop (left out when
-    ``decoded`` is None), eagle3kit's simulation. vLLM's per-position rates count the rounds it ran, the
-    simulation's every start position. Speed is :func:`speed_rows`'s."""
+    ``decoded`` is None), eagle3kit's simulation. Both per-position rates count rounds (vLLM's the rounds it ran, the
+    simulation's its decode walk: :meth:`Acceptance.walk_rates`), so each column's rates sum to about its τ − 1.
+    Speed is :func:`speed_rows`'s."""
     n = len(check.outputs_plain)
 
     def loop(value) -> list:  # the decode loop's cell, or none when there is no decode-loop column
         return [] if decoded is None else [value(decoded) if callable(value) else value]
 
     rows = {"τ (tokens per verifier step)": [check.tau, *loop(lambda d: d.tau), simulated.tau]}
-    for i, (theirs, ours) in enumerate(zip(check.acceptance_per_pos, simulated.rates()["cumulative"],
-                                           strict=True), 1):
-        rows[f"P(draft token {i} accepted)"] = [theirs, *loop("–"), ours]
+    for i, (theirs, ours) in enumerate(zip(check.acceptance_per_pos, simulated.walk_rates(), strict=True), 1):
+        rows[f"share of rounds accepting draft token {i} (cumulative)"] = [theirs, *loop("–"), ours]
     rows["lossless: same output with and without the draft"] = [
         f"{check.lossless}/{n}", *loop(lambda d: f"{d.lossless}/{d.prompts}"), "–"]
     rows["plain output equal to eagle3kit's greedy"] = [f"{same_as_greedy(check, continuations)}/{n}", *loop("–"), "–"]
