@@ -86,7 +86,8 @@ print(sees(tiny))
 
 # %%
 lengths = sharegpt_lengths(load_tokenizer(verifier), n=n_documents, seed=seed)
-print("conversation lengths (tokens):", lengths)
+middle = sorted(lengths)[len(lengths) // 2]
+print(f"{len(lengths)} conversation lengths (tokens): shortest {min(lengths)}, median {middle}, longest {max(lengths)}")
 packed = pack(lengths, total_seq_len)
 mask = build_mask(packed, total_seq_len, ttt_steps)
 print(f"packed {len(packed)} conversations = {sum(packed)} tokens + {total_seq_len - sum(packed)} padding; "
