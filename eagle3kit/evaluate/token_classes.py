@@ -14,6 +14,7 @@ a corrected one is a *failure*. Each target falls in every class its text and id
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from collections.abc import Sequence
 
@@ -30,6 +31,17 @@ CLASSES = (WORD_START, NUMBER, PUNCTUATION, CODE, OUTSIDE)
 ALL = "every target"
 FENCE = "```"
 MIN_TARGETS = 5  # a class named as where the draft fails most has at least this many targets
+Z95 = 1.96  # a two-sided 95 % normal quantile, for the failure rates' intervals
+
+
+def wilson(failed: int, targets: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a failure rate ``failed / targets`` (wide for a class of few targets)."""
+    if not targets:
+        return float("nan"), float("nan")
+    p, z2 = failed / targets, Z95 * Z95
+    centre, scale = (p + z2 / (2 * targets)), 1 + z2 / targets
+    half = Z95 * math.sqrt(p * (1 - p) / targets + z2 / (4 * targets * targets))
+    return max(0.0, (centre - half) / scale), min(1.0, (centre + half) / scale)
 
 
 def _punctuation(text: str) -> bool:
@@ -97,7 +109,8 @@ def class_table(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> 
 
 def worst_line(table: pd.DataFrame) -> str:
     """One sentence from the counts: the class with the highest failure rate among those the draft can propose and
-    with at least :data:`MIN_TARGETS` targets, beside the rate over every target; then, when some targets lie outside
+    with at least :data:`MIN_TARGETS` targets, named only when its 95 % interval (:func:`wilson`) lies above every
+    other's (else that none stands out, with each interval), beside the rate over every target; then, when some targets lie outside
     the draft vocab (always failures, by construction), their share, as the cap it is rather than a class to name."""
     total = table.loc[ALL]
     if not total["targets"]:
@@ -112,7 +125,14 @@ def worst_line(table: pd.DataFrame) -> str:
            "replies) lifts that cap." if outside else "")
     if rated.empty:
         return f"No class the draft can propose has {MIN_TARGETS} targets yet; {overall}.{cap}"
+    bounds = {c: wilson(int(r["failed"]), int(r["targets"])) for c, r in rated.iterrows()}
     name = rated["failure rate"].idxmax()
     row = rated.loc[name]
-    return (f"Of what the draft can propose, it fails most on {name} tokens: {int(row['failed'])} of "
-            f"{int(row['targets'])} failed ({row['failure rate']:.0%}); {overall}.{cap}")
+    if all(bounds[name][0] > bounds[c][1] for c in rated.index if c != name):  # an ordering only where they separate
+        return (f"Of what the draft can propose, it fails most on {name} tokens: {int(row['failed'])} of "
+                f"{int(row['targets'])} failed ({row['failure rate']:.0%}, 95 % interval {bounds[name][0]:.0%}–"
+                f"{bounds[name][1]:.0%}); {overall}.{cap}")
+    each = ", ".join(f"{c} {int(r['failed'])}/{int(r['targets'])} ({bounds[c][0]:.0%}–{bounds[c][1]:.0%})"
+                     for c, r in rated.sort_values("failure rate", ascending=False).iterrows())
+    return (f"Of what the draft can propose, no class stands out: their failure rates' 95 % intervals overlap "
+            f"({each}); {overall}.{cap}")
