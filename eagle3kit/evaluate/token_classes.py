@@ -110,8 +110,9 @@ def class_table(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> 
 def worst_line(table: pd.DataFrame) -> str:
     """One sentence from the counts: the class with the highest failure rate among those the draft can propose and
     with at least :data:`MIN_TARGETS` targets, named only when its 95 % interval (:func:`wilson`) lies above every
-    other's (else that none stands out, with each interval), beside the rate over every target; then, when some targets lie outside
-    the draft vocab (always failures, by construction), their share, as the cap it is rather than a class to name."""
+    other's (else that none stands out, with each interval), beside the rate over every target; then, when some
+    targets lie outside the draft vocab (always failures, by construction), their share, as the cap it is rather than
+    a class to name."""
     total = table.loc[ALL]
     if not total["targets"]:
         return "The draft was asked for no token here (every reply ended before its first round)."
