@@ -31,7 +31,7 @@ def drafts(tiny_verifier, tmp_path_factory):
     """(trained, untrained): the tiny verifier's replies to 32 short ShareGPT prompts, 16 of them trained on in
     128-token packs for 30 steps; the untrained one exported by the same session before its first step."""
     base = tmp_path_factory.mktemp("context")
-    regenerate("tiny", base / "replies.jsonl", n_conversations=32, max_new_tokens=32, max_prompt_tokens=40,
+    regenerate("tiny", base / "replies.jsonl", n_conversations=32, max_new_tokens=96, max_prompt_tokens=40,
                engine="transformers", progress=False)
     build_dataset("tiny", base / "data", n_conversations=16, seq_length=TRAINED, held_out=2,
                   source=base / "replies.jsonl", progress=False)
