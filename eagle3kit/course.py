@@ -71,7 +71,9 @@ def buys(s06: dict) -> list[str]:
 def verdict(s06: dict) -> str:
     """One plain sentence: whether to serve the draft, from the speedups measured here and predicted there."""
     speed, there = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there")
-    cases = {"here": speed["draft"] / speed["plain"] if speed else None, "on the planned GPU run": there}
+    here = f"here (vLLM, {s06.get('vllm_batch')} sequences decoded together)"
+    cases = {here: speed["draft"] / speed["plain"] if speed else None,
+             f"on the planned GPU run (batch {s06.get('serve_batch')}, predicted)": there}
     known = {where: r for where, r in cases.items() if r is not None}
     if not known:
         return "Verdict: no speed was measured or predicted in this run."

@@ -37,16 +37,18 @@ def test_the_headline_is_vllm_with_its_batch_when_vllm_served_the_draft(tmp_path
     text = course.conclusion(tmp_path)
     assert "**τ = 1.13** on 16 held-out prompts, counted by vLLM's spec-decode counters" in text
     assert "96 sequences decoded together" in text and "(0.50x)" in text and "per-request counters" in text
-    assert "Verdict: this draft slows decoding here and on the planned GPU run; do not serve it yet" in text
+    assert ("Verdict: this draft slows decoding here (vLLM, 96 sequences decoded together) and on the planned GPU run "
+            "(batch 1, predicted); do not serve it yet") in text
 
 
 def test_the_verdict_says_serve_only_where_every_speedup_is_above_one():
-    fast = {**SIMULATED, "tokens_per_s_vllm": {"draft": 120.0, "plain": 100.0}, "speedup_predicted_there": 1.4}
-    assert course.verdict(fast) == "Verdict: this draft speeds decoding here and on the planned GPU run; serve it."
+    fast = {**SIMULATED, "tokens_per_s_vllm": {"draft": 120.0, "plain": 100.0}, "speedup_predicted_there": 1.4,
+            "vllm_batch": 1}
+    here, there = "here (vLLM, 1 sequences decoded together)", "on the planned GPU run (batch 1, predicted)"
+    assert course.verdict(fast) == f"Verdict: this draft speeds decoding {here} and {there}; serve it."
     mixed = {**fast, "tokens_per_s_vllm": {"draft": 50.0, "plain": 100.0}}
-    assert course.verdict(mixed) == ("Verdict: this draft speeds decoding on the planned GPU run but slows it "
-                                     "here.")
-    assert course.verdict(SIMULATED).startswith("Verdict: this draft slows decoding on the planned GPU run; do not")
+    assert course.verdict(mixed) == f"Verdict: this draft speeds decoding {there} but slows it {here}."
+    assert course.verdict(SIMULATED).startswith(f"Verdict: this draft slows decoding {there}; do not")
     assert "no speed" in course.verdict({**SIMULATED, "speedup_predicted_there": None})
 
 

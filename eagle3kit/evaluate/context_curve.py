@@ -94,8 +94,9 @@ class Fall:
         longest = self.past_at[1]
         return (f"τ falls past the training length: {TAU_LABEL} {self.inside:.2f} at {self.inside_at} tokens of "
                 f"context, within the {self.trained_length} the draft was trained at, but {self.past:.2f} at "
-                f"{self._past_lengths}. Train on sequences as long as the contexts it will serve (`eagle3kit data "
-                f"--seq-length {longest}` and `train --total-seq-len {longest}`){window}.")
+                f"{self._past_lengths}. Train on documents as long as the contexts it will serve: conversations "
+                f"that long, kept whole (`eagle3kit data --seq-length {longest}` only caps a document; short prompts "
+                f"and replies stay short), in packs that hold them (`train --total-seq-len {longest}`){window}.")
 
 
 def fall(table: pd.DataFrame, trained_length: int) -> Fall | None:

@@ -133,7 +133,14 @@ def worst_line(table: pd.DataFrame) -> str:
         return (f"Of what the draft can propose, it fails most on {name} tokens: {int(row['failed'])} of "
                 f"{int(row['targets'])} failed ({row['failure rate']:.0%}, 95 % interval {bounds[name][0]:.0%}–"
                 f"{bounds[name][1]:.0%}); {overall}.{cap}")
-    each = ", ".join(f"{c} {int(r['failed'])}/{int(r['targets'])} ({bounds[c][0]:.0%}–{bounds[c][1]:.0%})"
-                     for c, r in rated.sort_values("failure rate", ascending=False).iterrows())
-    return (f"Of what the draft can propose, no class stands out: their failure rates' 95 % intervals overlap "
-            f"({each}); {overall}.{cap}")
+    def said(c: str) -> str:
+        return (f"{c} {int(rated.loc[c, 'failed'])}/{int(rated.loc[c, 'targets'])} "
+                f"({bounds[c][0]:.0%}–{bounds[c][1]:.0%})")
+
+    ranked = list(rated.sort_values("failure rate", ascending=False).index)
+    tied = [c for c in ranked if bounds[c][1] >= bounds[name][0]]  # intervals that reach the worst one's
+    below = [c for c in ranked if c not in tied]
+    less = f"; it fails less on {', '.join(map(said, below))}" if below else ""
+    names = f"{', '.join(tied[:-1])} and {tied[-1]}"
+    return (f"Of what the draft can propose, it fails most on {names} tokens, which no count here "
+            f"separates (95 % intervals: {', '.join(map(said, tied))}){less}; {overall}.{cap}")
