@@ -214,8 +214,9 @@ def handoff(workdir: str | os.PathLike, s01: dict, s04: dict, s06: dict, n_gpus:
     rehearsed = f" (notebook 05 rehearsed `{yaml}` the same way)" if yaml.exists() else ""
     return [f"`eagle3kit plan --verifier $VERIFIER --gpu {gpu} --gpus {n_gpus}`: disk, GPU memory per rank and hours "
             f"before anything runs (this run planned `{verifier}`).",
-            "`eagle3kit data --verifier $VERIFIER --source chats.jsonl --out $DATA`: the verifier's hidden states "
-            "for your conversations, bf16 on a GPU; then `eagle3kit doctor --data $DATA`.",
+            "the `eagle3kit data` line `plan` printed, with `--source chats.jsonl --out $DATA` (its `--seq-length` and "
+            "`--draft-vocab-size` are the plan's): the verifier's hidden states for your conversations, bf16 on a GPU; "
+            "then `eagle3kit doctor --data $DATA`.",
             f"`eagle3kit launch --data $DATA --out $RUN --gpus {n_gpus} --gpu {gpu}`: speculators' TrainConfig YAML, "
             "checked to fit, and the torchrun line.",
             f"`eagle3kit rehearse --config $RUN/run.yaml --out $RUN/rehearsal --ranks 2 --steps 2 --compare`: a few "

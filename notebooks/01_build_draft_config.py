@@ -95,6 +95,11 @@ plot_idea(build)
 # `source` says where each value came from: copied from the **verifier**, a **speculators CLI default** (eagle3kit keeps
 # the defaults of `speculators train` so the same run built here and there gives the same `config.json`), **user**, or
 # the **auto rule** for the attention implementation.
+#
+# One field changes before training: this draft keeps the verifier's whole vocabulary (`draft_vocab_size`, speculators'
+# default). Notebook 04 counts the tokens of the training replies and keeps only the most frequent (the preset's
+# `draft_vocab_size`); the draft notebook 05 trains is this one with that reduced vocabulary, so its `lm_head` is far
+# smaller than the one counted below.
 
 # %%
 draft = build_model(build)

@@ -145,6 +145,11 @@ mask_plots.plot_stats(mask, table)
 # ## The sliding-window variant
 #
 # Draft layers listed as sliding-window layers get `kv > q - window` in the causal rule: long documents become a band.
+#
+# The draft notebook 01 built has this rule in every layer: speculators' default lists no full-attention layer
+# (`full_attention_indices` empty), with the `sliding_window` notebook 01's table shows. Training documents are cut to
+# notebook 04's `seq_length`, shorter than that window in every preset, so in training the band never bites; here the
+# window is `sliding_window` (set above, smaller) so that the band shows at this length.
 
 # %%
 windowed = build_mask(packed, total_seq_len, ttt_steps, sliding_window)

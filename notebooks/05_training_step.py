@@ -23,8 +23,9 @@
 # `TrainSession` trains speculators' own `Eagle3DraftModel` on the data directory of notebook 04, one packed batch per
 # `step()`, exactly as one iteration of speculators' `Trainer` would on one GPU: same batches (`ArrowDataset` +
 # multipack sampler + `CollateFn`), same forward and loss, `clip_grad_norm_(1.0)`, AdamW and a linear warmup/decay
-# schedule. Each step reports the loss, the **full accuracy** (draft token = verifier token) and the **conditional
-# accuracy** (the same, among positions whose earlier TTT steps were right) for every TTT step.
+# schedule. Each step reports the loss (speculators' distillation loss against the verifier, **summed over the TTT
+# steps**: the `loss` column holds all of them), the **full accuracy** (draft token = verifier token) and the
+# **conditional accuracy** (the same, among positions whose earlier TTT steps were right) for every TTT step.
 #
 # Then: run N steps with live plots, checkpoint and resume bit for bit, export the draft in speculators' format, and
 # hand the very same run to `speculators train` on N GPUs.
@@ -217,12 +218,14 @@ print(type(loaded).__name__, "loaded from", exported, "- fc weights equal:",
 # ## The same run on N GPUs, through speculators' own trainer
 #
 # The run becomes a speculators `TrainConfig` YAML, validated by speculators itself; every value that defines it is
-# written out. Below: the YAML's head and its path, the command, and a table of every field the YAML sets, saying where
-# eagle3kit's value differs from the `speculators train` default and why. The command runs it with `torchrun` (add
-# `--fsdp-shard` to shard with FSDP2).
+# written out. Below: whether it fits (the step's memory on one H100-80GB a rank, and the disk its checkpoints
+# need under the plan's folder), the YAML's head and its path, the command, and a table of every field the YAML
+# sets, saying where eagle3kit's value differs from the `speculators train` default and why. The command runs it
+# with `torchrun` (add `--fsdp-shard` to shard with FSDP2).
 
 # %%
-plan = launch.write_plan(session.build, session.settings, data, workdir / "launch_05", n_gpus=n_gpus)
+plan = launch.write_plan(session.build, session.settings, data, workdir / "launch_05", n_gpus=n_gpus, warn=False)
+print(plan.fit)  # its GPU memory a rank, and the disk its checkpoints need here
 print(plan.head())
 print(plan.command)
 launch.explain_plan(plan)

@@ -42,6 +42,19 @@ def test_plan_for_each_preset_has_every_part():
     assert kimi.vshape.active_params < kimi.vshape.params / 10  # a MoE: 8 of 384 experts per token
 
 
+def test_a_verifier_that_needs_many_gpus_is_served_on_them_and_not_said_to_fit_one():
+    kimi, llama = (plan_run(v, samples=1000, tokens_per_sample=512) for v in ("kimi-k2.5", "llama-3.1-8b"))
+    assert kimi.verifier_holders > 1 and kimi.speed.tp == kimi.verifier_holders
+    assert llama.verifier_holders == 1 and llama.speed.tp == 1
+    served, data = "GPUs the verifier is served on (split tensor parallel)", "data generation (`eagle3kit data`"
+    for p in (kimi, llama):
+        rows = p.table().set_index("item")["value"]
+        assert rows[served] == f"{p.verifier_holders} x H100-80GB"
+        on_one = next(v for item, v in rows.items() if item.startswith(data))
+        assert ("not on one device" in on_one) == (p is kimi)
+    assert plan_run("kimi-k2.5", samples=1000, serve_gpus=32).speed.tp == 32
+
+
 def test_plan_reads_token_stats_from_a_data_directory(tiny_data):
     from eagle3kit.plan.disk import data_token_stats
 

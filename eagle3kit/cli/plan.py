@@ -24,7 +24,8 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         "train_utilisation": "fraction of dense bf16 peak in training",
         "serve_batch": "sequences vLLM decodes together when serving the draft",
         "serve_k": "draft tokens per round when serving (default: --ttt-steps)",
-        "serve_gpus": "GPUs the served verifier is split over (tensor parallel)",
+        "serve_gpus": "GPUs the served verifier is split over (tensor parallel; default: as many as hold its bf16 "
+                      "weights)",
         "tau": "acceptance length to expect (e.g. from `eagle3kit vllm-check`): the speedup at it",
         "acceptance": "or the acceptance per draft position (cumulative): tau = 1 + their sum"})
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import warnings
 from pathlib import Path
 
 from eagle3kit.outputs import nearest_existing
@@ -44,11 +43,3 @@ def run_problems(build, total_seq_len: int, loss_implementation: str, optimizer:
         out.append(f"{epochs} checkpoints of {checkpoint / 1e9:.1f} GB each need {checkpoint * epochs / 1e9:.1f} GB "
                    f"under {out_dir}, but {free / 1e9:.1f} GB are free; use fewer --epochs or make room")
     return out
-
-
-def warn_if_not_fitting(*args, **kwargs) -> list[str]:
-    """:func:`run_problems`, each problem issued as a warning; returns them."""
-    problems = run_problems(*args, **kwargs)
-    for text in problems:
-        warnings.warn(f"This run will not fit: {text}.", stacklevel=2)
-    return problems

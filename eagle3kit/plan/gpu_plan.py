@@ -62,6 +62,11 @@ class Plan:
         return self.gpu.usable_bytes
 
     @property
+    def verifier_holders(self) -> int:
+        """How many of the GPUs the verifier's bf16 weights need."""
+        return holders(self.verifier_weights, self.gpu)
+
+    @property
     def fits(self) -> bool:
         return self.memory_total <= self.capacity
 
@@ -88,11 +93,11 @@ class Plan:
             ("GPU memory / rank", "fits", "yes" if self.fits else "NO", "derived"),
             ("GPU memory / rank", "largest total_seq_len that fits", f"{self.largest_seq_len:,}", "derived"),
             ("data generation", "verifier weights (bf16)", _bytes(self.verifier_weights), "counted"),
-            ("data generation", f"{self.gpu.name} GPUs to hold them",
-             str(math.ceil(self.verifier_weights / self.capacity)), "derived"),
+            ("data generation", f"{self.gpu.name} GPUs to hold them", str(self.verifier_holders), "derived"),
             ("time", f"data generation (`eagle3kit data`: one device) on 1 x {self.gpu.name} at "
                      f"{self.utilisation[0]:.0%}",
-             _duration(self.data_seconds), "derived"),
+             _duration(self.data_seconds) if self.verifier_holders == 1 else
+             f"not on one device (its weights need {self.verifier_holders})", "derived"),
             ("time", f"training {self.epochs} epochs on {self.n_gpus} x {self.gpu.name} at {self.utilisation[1]:.0%}",
              _duration(self.train_seconds), "derived"),
             *(self.speed.rows() if self.speed else []),
@@ -107,9 +112,9 @@ class Plan:
                        f"{self.step.total_seq_len}, more than the {_bytes(self.capacity)} usable on a {self.gpu.name}; "
                        f"use total_seq_len <= {self.largest_seq_len}"
                        + (" or the fused loss" if self.step.loss_implementation == "eager" else ""))
-        holders = math.ceil(self.verifier_weights / self.capacity)
-        if holders > 1:
-            out.append(f"the verifier's bf16 weights ({_bytes(self.verifier_weights)}) need {holders} {self.gpu.name} "
+        if self.verifier_holders > 1:
+            out.append(f"the verifier's bf16 weights ({_bytes(self.verifier_weights)}) need {self.verifier_holders} "
+                       f"{self.gpu.name} "
                        "GPUs, but `eagle3kit data` runs it on one device; generate the hidden states with speculators' "
                        "vLLM pipeline (prepare-data + generate-offline-data, tensor parallel) or a quantized "
                        "checkpoint")
@@ -117,6 +122,11 @@ class Plan:
             out.append(f"the hidden states need {_bytes(self.disk.total)} on disk but {_bytes(free_disk)} are free; "
                        "make room, store fewer samples, or generate them on demand")
         return out
+
+
+def holders(weight_bytes: float, gpu: GPU) -> int:
+    """How many ``gpu`` hold ``weight_bytes``."""
+    return max(1, math.ceil(weight_bytes / gpu.usable_bytes))
 
 
 def compare_plans(plans: list[Plan]) -> pd.DataFrame:
@@ -145,12 +155,12 @@ def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sa
              gpus: int = 8, fsdp: bool = False, epochs: int = 20,
              data_utilisation: float = timing.DATA_UTILISATION,
              train_utilisation: float = timing.TRAIN_UTILISATION, serve_batch: int = 1, serve_k: int | None = None,
-             serve_gpus: int = 1, tau: float | None = None, acceptance: list[float] | None = None) -> Plan:
+             serve_gpus: int | None = None, tau: float | None = None, acceptance: list[float] | None = None) -> Plan:
     """Plan the GPU run of ``verifier`` (a preset, an HF directory): see the module doc for what each number is.
 
-    Serving (vLLM on ``serve_gpus`` x ``gpu``, ``serve_batch`` sequences, ``serve_k`` draft tokens, default
-    ``ttt_steps``): the expected speedup at ``tau`` (or τ = 1 + Σ ``acceptance``, the cumulative acceptance per
-    position), the break-even τ and the all-accepted bound.
+    Serving (vLLM on ``serve_gpus`` x ``gpu``, by default as many as hold the verifier's weights; ``serve_batch``
+    sequences, ``serve_k`` draft tokens, default ``ttt_steps``): the expected speedup at ``tau`` (or τ = 1 + Σ
+    ``acceptance``, the cumulative acceptance per position), the break-even τ and the all-accepted bound.
     """
     if loss_implementation not in memory.LOSS_IMPLEMENTATIONS:
         raise UserError(f"loss_implementation={loss_implementation!r}: use 'fused' or 'eager'.")
@@ -176,6 +186,7 @@ def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sa
     kept = build.config.draft_vocab_size if build.config.draft_vocab_size != vocab else None
     data_flops = timing.data_generation_flops_per_token(vshape, stats.mean_tokens) * stats.tokens
     train_flops = timing.training_flops_per_token(dshape, stats.mean_tokens) * stats.tokens * epochs
+    weights = 2 * vshape.params  # bf16
     result = Plan(
         verifier=verifier, samples=samples, stats=stats, stats_kind=kind, gpu=target, n_gpus=gpus, epochs=epochs,
         step=step, vshape=vshape, dshape=dshape,
@@ -183,12 +194,13 @@ def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sa
         memory=memory.memory_parts(dshape, step),
         other_loss=memory.loss_bytes(total_seq_len, dshape.draft_vocab_size, other, width, dshape.ttt_steps),
         largest_seq_len=memory.largest_fitting_seq_len(dshape, step, target.usable_bytes),
-        verifier_weights=2 * vshape.params,
+        verifier_weights=weights,
         data_seconds=timing.seconds(data_flops, timing.Throughput(1, target.bf16_tflops, data_utilisation)),
         train_seconds=timing.seconds(train_flops, timing.Throughput(gpus, target.bf16_tflops, train_utilisation)),
         checkpoint_bytes=memory.checkpoint_bytes(dshape, optimizer),
         utilisation=(data_utilisation, train_utilisation),
-        speed=serving_speed.predict(verifier, gpu, serve_batch, serve_k or ttt_steps, tau, acceptance, tp=serve_gpus,
+        speed=serving_speed.predict(verifier, gpu, serve_batch, serve_k or ttt_steps, tau, acceptance,
+                                    tp=serve_gpus or holders(weights, target),
                               draft_vocab_size=build.config.draft_vocab_size, num_layers=num_layers),
     )
     result.commands = _commands(result, build, data)

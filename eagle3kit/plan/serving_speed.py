@@ -145,9 +145,10 @@ class SpeedPlan:
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(section, item, value, kind) rows in the plan's table."""
-        where, s = f"serving on {self.tp} x {self.gpu}, batch {self.batch}", "serving (vLLM)"
+        s = "serving (vLLM)"
         rows = [
-            (s, f"verifier step, 1 token a sequence ({where})", f"{self.plain_s * 1e3:.2f} ms", "derived"),
+            (s, "GPUs the verifier is served on (split tensor parallel)", f"{self.tp} x {self.gpu}", "assumed"),
+            (s, f"verifier step, 1 token a sequence (batch {self.batch})", f"{self.plain_s * 1e3:.2f} ms", "derived"),
             (s, f"verifier step, {self.verify_tokens} tokens a sequence", f"{self.verify_s * 1e3:.2f} ms", "derived"),
             (s, "draft step", f"{self.draft_s * 1e3:.2f} ms", "derived"),
             (s, "engine overhead per verifier step / draft step / round",

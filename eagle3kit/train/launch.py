@@ -37,7 +37,7 @@ from eagle3kit.data.vocab import build_for_data
 from eagle3kit.draft.model import save_draft
 from eagle3kit.masks.eagle_mask import check_block_size
 from eagle3kit.plan.commands import TOTAL_SEQ_LEN, check_rendezvous, torchrun_command
-from eagle3kit.plan.fit import warn_if_not_fitting
+from eagle3kit.plan.fit import run_problems
 from eagle3kit.train.loop import optimizer_args
 from eagle3kit.train.settings import TrainSettings
 
@@ -76,6 +76,12 @@ class LaunchPlan:
     rdzv_endpoint: str | None = None
     # flat fields the YAML writes as the cluster sees them -> this machine's value (the dry run uses these)
     local: dict[str, str] = dataclasses.field(default_factory=dict)
+    problems: list[str] = dataclasses.field(default_factory=list)  # what of it will not fit (eagle3kit.plan.fit)
+
+    @property
+    def fit(self) -> str:
+        """One line: the run fits its GPUs and disk, or what of it will not."""
+        return "will not fit: " + "; ".join(self.problems) if self.problems else "fits its GPUs and disk"
 
     @property
     def yaml(self) -> str:
@@ -163,7 +169,7 @@ def validate_yaml(path: str | os.PathLike):
 def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir: str | os.PathLike,
                n_gpus: int = 8, fsdp: bool = False, gpu: str | None = None, nodes: int = 1,
                rdzv_endpoint: str | None = None, cluster_data: str | None = None, cluster_save: str | None = None,
-               **options: Any) -> LaunchPlan:
+               warn: bool = True, **options: Any) -> LaunchPlan:
     """Write ``out_dir/run.yaml`` (atomically), validate it with speculators' ``TrainConfig``, return the plan.
 
     ``n_gpus`` ranks on each of ``nodes`` nodes (several: a c10d rendezvous at ``rdzv_endpoint``). ``cluster_data``
@@ -172,7 +178,7 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     (attention, dtype, loss implementation, workers, ``verifier``: its path on the cluster). Before anything is
     written, a run that will not fit a ``gpu`` (a name of :data:`eagle3kit.plan.gpus.GPUS`; default an H100-80GB),
     with FSDP sharded over all ``nodes x n_gpus`` ranks, or the disk under ``out_dir`` (when the checkpoints land
-    there) is warned about (:mod:`eagle3kit.plan.fit`).
+    there) is found (:mod:`eagle3kit.plan.fit`): warned about when ``warn``, and kept in ``LaunchPlan.problems``.
     """
     validate.check("n_gpus", n_gpus, "e.g. `--gpus 8`.")
     check_rendezvous(nodes, rdzv_endpoint)
@@ -182,9 +188,11 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     attn = options.get("attn_implementation", "simple_flex_attention")
     if attn == "simple_flex_attention":
         check_block_size(settings.total_seq_len, draft_ttt_steps(build.config))
-    warn_if_not_fitting(build, settings.total_seq_len, options.get("loss_implementation", "fused"), settings.optimizer,
-                        settings.epochs, out_dir, n_gpus=n_gpus * nodes, fsdp=fsdp, gpu=gpu, attention=attn,
-                        disk=cluster_save is None)
+    problems = run_problems(build, settings.total_seq_len, options.get("loss_implementation", "fused"),
+                            settings.optimizer, settings.epochs, out_dir, n_gpus=n_gpus * nodes, fsdp=fsdp, gpu=gpu,
+                            attention=attn, disk=cluster_save is None)
+    for text in problems if warn else ():
+        warnings.warn(f"This run will not fit: {text}.", stacklevel=2)
     out = Path(out_dir)
     flat = flat_config(build, settings, data_dir, out / "checkpoints", **options)
     local = {}
@@ -203,7 +211,7 @@ def write_plan(build: DraftBuild, settings, data_dir: str | os.PathLike, out_dir
     flat = {k: v for k, v in flat.items() if v is not None}
     path = out / "run.yaml"
     write_text(path, yaml.safe_dump({"train": nest_flat(flat)}, sort_keys=False, default_flow_style=False))
-    return LaunchPlan(validate_yaml(path), path, n_gpus, fsdp, nodes, rdzv_endpoint, local)
+    return LaunchPlan(validate_yaml(path), path, n_gpus, fsdp, nodes, rdzv_endpoint, local, problems)
 
 
 def explain_plan(plan: LaunchPlan) -> pd.DataFrame:
