@@ -103,6 +103,7 @@ class Scored:
     sets: dict
     data_dir: Path | None
     how: str
+    states: dict  # the verifier's hidden states of the scored sequences that 06 kept, else empty
 
     @property
     def k(self) -> int:
@@ -117,6 +118,7 @@ def scored_by_06(workdir: str | os.PathLike, verifier: str, fallback_steps: int,
     with the verifier's continuations. Models are loaded quietly (no progress bars)."""
     from eagle3kit.evaluate.export import reload
     from eagle3kit.evaluate.scored import read_scored
+    from eagle3kit.evaluate.verifier_states import load_states
     from eagle3kit.logs import quiet
     from eagle3kit.train.checkpoint import SESSION_FILE, read_session
     from eagle3kit.verifier import load_model, load_tokenizer
@@ -140,7 +142,9 @@ def scored_by_06(workdir: str | os.PathLike, verifier: str, fallback_steps: int,
                    f"({session.global_step} in all)")
         draft = reload(draft_dir)
         name = draft.config.speculators_config.verifier.name_or_path
-        return Scored(draft_dir, draft, load_model(name), load_tokenizer(name), sets, data, how)
+        verifier = load_model(name)
+        states = load_states(work / SCORED_06, verifier.name_or_path) if (work / SCORED_06).exists() else {}
+        return Scored(draft_dir, draft, verifier, load_tokenizer(name), sets, data, how, states)
 
 
 def _score_here(session, n_prompts: int, bench: str, n_bench_prompts: int, max_new_tokens: int) -> dict:

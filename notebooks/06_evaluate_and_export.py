@@ -73,6 +73,7 @@ from eagle3kit.data.vocab import build_for_data
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate import benchmarks, conventions, export, recipes, round_speed, scores, summary
 from eagle3kit.evaluate.scored import ScoredSet, from_check, write_scored
+from eagle3kit.evaluate.verifier_states import save_states
 from eagle3kit.evaluate.token_classes import draft_vocab_mask, outside_share
 from eagle3kit.evaluate.vllm import compare as vllm_compare
 from eagle3kit.evaluate.vllm.gate import check_in_vllm
@@ -102,6 +103,7 @@ torch.manual_seed(seed)
 untrained = build_for_data(build, session.data).eval()
 verifier_model = load_model(build.verifier)
 tokenizer = load_tokenizer(build.verifier)
+states: dict = {}  # the verifier's hidden states of each held-out sequence: one forward for every draft scored
 print(f"draft: vocab {build.config.draft_vocab_size}, aux layers {build.aux_layer_ids}, attention "
       f"{build.attention.implementation}, k = {k}; ready in {time.perf_counter() - t0:.1f}s")
 
@@ -132,7 +134,7 @@ print("greedy:", repr(tokenizer.decode(conts[0])[:300]))
 # correctness check) runs on at most two prompts; the line under the table says how many ran.
 
 # %%
-sim = {"untrained": ev.simulate(verifier_model, untrained, prompts, conts, k)}
+sim = {"untrained": ev.simulate(verifier_model, untrained, prompts, conts, k, states=states)}
 n_decode = n_decode_prompts or len(prompts)
 real = {"untrained": ev.decode(verifier_model, untrained, prompts[:min(2, n_decode)], conts[:min(2, n_decode)], k,
                                tokenizer.eos_token_id)}
@@ -168,7 +170,7 @@ plot_metrics(session.history)
 # the loop's speed is only ever compared with that.
 
 # %%
-held_parts = ev.simulate_each(verifier_model, session.model, prompts, conts, k)
+held_parts = ev.simulate_each(verifier_model, session.model, prompts, conts, k, states=states)
 held_prompts = [benchmarks.cut_user_turn(tokenizer, p, max_prompt_tokens)
                 for p in benchmarks.held_out_set(held_out, len(prompts))]
 held_records = scores.from_simulation(held_prompts, held_parts)
@@ -340,6 +342,7 @@ if named is not None:
     scored.append(ScoredSet(bench, bench_prompts, bench_ids, named.continuations, named.continuations_from,
                             named.records.get("simulated"), **from_check(gate.groups.get(bench))))
 write_scored(workdir / SCORED_06, scored, k=k, steps=session.global_step, draft=str(out))  # notebook 07 reads it
+save_states(states, workdir / SCORED_06, verifier_model.name_or_path)  # and the verifier's states, for 07
 record_summary(workdir, "06", **summary.summary_numbers(sim, real, gate, named), k=k, train_steps_06=train_steps,
                train_steps_total=session.global_step, train_seconds_06=round(train_seconds),
                minutes_to_make=round(run_minutes, 1), export=str(out), held_out_prompts=len(prompts),

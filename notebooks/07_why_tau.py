@@ -79,7 +79,7 @@ started = time.perf_counter()
 run = scored_by_06(workdir, verifier, fallback_steps, fallback_prompts, bench, fallback_prompts, max_new_tokens, seed)
 print(run.how)
 draft, tokenizer, sets, k = run.draft, run.tokenizer, run.sets, run.k
-views = SetViews(run.verifier, draft, sets, k)
+views = SetViews(run.verifier, draft, sets, k, run.states)  # 06's verifier states: the draft runs alone
 named = next((name for name in sets if name != HELD_OUT), None)
 print(f"draft {run.draft_dir}: k = {k}, draft vocab {draft.config.draft_vocab_size}; {TAU_CONVENTION}")
 

@@ -25,6 +25,7 @@ from eagle3kit.evaluate.benchmarks import held_out_set, load_set, render
 from eagle3kit.evaluate.export import reload
 from eagle3kit.evaluate.token_page import page, prompt_html
 from eagle3kit.evaluate.token_viewer import TokenViewer
+from eagle3kit.evaluate.verifier_states import load_states, save_states
 from eagle3kit.masks.eagle_mask import round_up_to_block
 from eagle3kit.train.overfit import CONVERSATION, one_conversation
 from eagle3kit.train.session import TrainSession
@@ -225,6 +226,28 @@ def test_a_draft_with_a_broken_vocab_mapping_lights_up_nothing(memorised, tmp_pa
     spans = _Spans()
     spans.feed(page({"broken": views}, tok, "broken"))
     assert fates.ACCEPTED not in sum(spans.kinds.values(), [])
+
+
+def test_states_kept_beside_the_scored_file_give_the_same_views_without_a_verifier_forward(memorised, tmp_path):
+    """Notebook 06 keeps the verifier's states of what it scored; 07 reads them and runs the draft alone."""
+    draft, data = memorised
+    verifier, tok = load_model("tiny"), load_tokenizer("tiny")
+    prompts = held_out_set(conv.read_jsonl(Path(data) / "held_out.jsonl"))
+    ids = render(tok, prompts)
+    conts = ev.continuations(verifier, [torch.tensor([i]) for i in ids], NEW_TOKENS, tok.eos_token_id, progress=False)
+    states: dict = {}
+    fresh = fates.views_of(verifier, reload(draft), prompts, ids, conts, K, states)
+    scored = tmp_path / "scored.json"
+    save_states(states, scored, verifier.name_or_path)
+    loaded = load_states(scored, verifier.name_or_path)
+    assert loaded.keys() == states.keys() and len(loaded) == len(prompts)
+    calls = []
+    hook = verifier.register_forward_hook(lambda *_: calls.append(1))
+    again = fates.views_of(verifier, reload(draft), prompts, ids, conts, K, loaded)
+    hook.remove()
+    assert calls == [] and [(v.tau, v.accepted) for v in again] == [(v.tau, v.accepted) for v in fresh]
+    assert fresh[0].accepted > 0  # the memorised reply: equal views are not two empty ones
+    assert load_states(scored, "another verifier") == {} and load_states(tmp_path / "none.json", "x") == {}
 
 
 def test_the_widget_shows_the_prompt_picked(memorised):
