@@ -129,6 +129,11 @@ show_widget(viewer.widget)  # a saved notebook shows a line of text; the two rep
 # a *failure* is a rejected one. Each target is counted in every class it belongs to: a word start (a letter after
 # whitespace), a number (any digit), punctuation, code (inside a fenced block) and a token outside the draft's
 # vocabulary, which the draft can never propose.
+#
+# Below the table, τ on all the held-out prompts as the sum it is: one token of the verifier's own a round, plus the
+# draft tokens accepted a round at each depth. Every later depth needs the first proposal accepted, so the count that
+# follows, how often the first proposal was rejected and how many of those tokens lie outside the draft vocab, says
+# where τ is lost.
 
 # %%
 counted = views.views(HELD_OUT, n_class_prompts) + (views.views(named, n_class_prompts) if named else [])
@@ -139,6 +144,8 @@ classes
 
 # %%
 held_views = views.views(HELD_OUT)
+adds_up = token_classes.how_tau_adds_up(held_views, tokenizer, token_classes.draft_vocab_mask(draft))
+print(adds_up)
 if scored is not None:
     check = f"{same_counts(held_views, scored)}/{len(scored)}"
     print(f"the token fates count notebook 06's simulated rounds and accepted tokens on {check} held-out prompts")
@@ -186,7 +193,7 @@ record_summary(workdir, "07", tau_shown_held_out=round(shown.tau, 3),
                context_tau={c: round(float(t), 3) for c, t in curve["tau"].items()}, trained_length=trained,
                sliding_window=window, falls_past_training=None if found is None else found.falls,
                seconds=round(time.perf_counter() - started, 1),
-               closing=[f"Why τ (notebook 07): {worst}",
+               closing=[f"Why τ (notebook 07): {adds_up} {worst}",
                         "τ against context: " + ", ".join(f"{c} {t:.2f}" for c, t in curve["tau"].items())
                         + (f"; {found.describe()}" if found else "")])
 print(f"notebook 07 took {time.perf_counter() - started:.0f}s after its imports")

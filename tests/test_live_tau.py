@@ -15,7 +15,7 @@ from eagle3kit.draft.config import DraftSpec
 from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate.conventions import TAU_LABEL
 from eagle3kit.train.checkpoint import STATE_FILE, read_session
-from eagle3kit.train.live_tau import TAU, TAU_SECONDS, tau_points
+from eagle3kit.train.live_tau import TAU, TAU_PROMPTS, TAU_SECONDS, tau_points
 from eagle3kit.train.plots import plot_metrics
 from eagle3kit.train.session import TrainSession
 from eagle3kit.train.stepper import TrainingStepper
@@ -39,6 +39,7 @@ def test_tau_is_measured_every_n_steps_with_draft_forwards_only(tiny_data):
     assert len(verifier_calls) == 2  # the second one runs the draft alone
     assert [r.get(TAU) is not None for r in s.history] == [False, True, False, True]
     assert all(r[TAU_SECONDS] > 0 for r in s.history if TAU in r) and s.model.training  # training mode restored
+    assert [r[TAU_PROMPTS] for r in s.history if TAU in r] == [2, 2]
     steps, taus = tau_points(s.history)
     assert steps == [2, 4] and all(1.0 <= t <= s.ttt_steps + 1 for t in taus)
     # the same number evaluate's simulation gives for the draft as it is now
@@ -63,6 +64,7 @@ def test_the_plot_and_the_stepper_show_tau_only_when_measured(tiny_data):
     assert TAU_LABEL in ui.status.value and "at step 2" in ui.status.value
     fig = plot_metrics(s.history)
     assert len(fig.axes) == 4 and TAU_LABEL in fig.axes[3].get_title()
+    assert "live, on 1 held-out prompt" in fig.axes[3].get_title()  # a few prompts, not the headline's set
 
 
 def test_train_keeps_the_checkpoint_with_the_best_tau(tiny_data, tmp_path, capsys):

@@ -113,6 +113,26 @@ def test_the_class_table_counts_failures_and_stays_silent_on_absent_classes():
     assert "outside the draft vocab" not in token_classes.worst_line(table)  # silent when nothing lies outside it
 
 
+def test_tau_adds_up_by_depth_and_counts_the_rejected_first_proposals():
+    texts = [" One", " two", " 3", ".", " four", " 5"]
+    fs = [fates.Fate(0, fates.FIRST), fates.Fate(1, fates.ACCEPTED, 1, round=0),
+          fates.Fate(2, fates.CORRECTED, proposed=0, round=0), fates.Fate(3, fates.CORRECTED, proposed=1, round=1),
+          fates.Fate(4, fates.CORRECTED, proposed=1, round=2), fates.Fate(5, fates.BONUS, round=3)]
+    view = fates.PromptView("p", "c", [], fs, 3)
+    outside = torch.tensor([True, True, True, False, True, True])  # token 3 (".") lies outside the draft vocab
+    line = token_classes.how_tau_adds_up([view], _Chars(texts), outside)
+    assert line.startswith(f"How τ {view.tau:.2f} adds up over 1 prompt (4 rounds): 1 (the verifier's own token, "
+                           "every round) + 0.25 + 0.00 + 0.00")
+    assert "rejected in 2 of the 4 rounds (50%)" in line  # rounds 1 and 2; round 0 accepted one first
+    assert "1 of those 2 rejected tokens (50%) lie outside the draft vocab" in line
+    perfect = list(range(100, 120))
+    clean = fates.PromptView("p", "c", perfect[:5], fates.fates_of(_perfect(perfect, 3), perfect, 5, 3), 3)
+    said = token_classes.how_tau_adds_up([clean], _Chars([str(i) for i in range(120)]))
+    assert "rejected in 0 of the 4 rounds (0%)" in said and "outside" not in said  # silent where nothing was rejected
+    assert "+ 1.00 + 0.75 + 0.75 (draft" in said  # rounds accept 3, 3, 3 and 1: depth 1 in 4 rounds, 2 and 3 in 3
+    assert token_classes.how_tau_adds_up([], _Chars(texts)).startswith("No round was taken")
+
+
 def test_targets_outside_the_draft_vocab_are_named_as_a_cap_not_as_where_the_draft_fails_most():
     """Tokens outside the draft vocab always fail (the draft cannot propose them): the sentence names the worst class
     the draft can propose and gives the outside share beside it (notebook 07's demo: 279 of 984 targets)."""

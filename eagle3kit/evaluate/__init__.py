@@ -10,6 +10,7 @@
 ``token_page``  the fates as HTML: a prompt's reply marked token by token, the class summary, a self-contained page
 ``token_viewer`` the prompt picker widget over the token view, ``SetViews`` (views computed on demand; notebook 07)
 ``scored``      what a run scored, per set (prompts, ids, continuations, records, vLLM's counts): 06 writes it, 07 reads
+``verifier_states`` the verifier's hidden states of what a run scored, kept beside it (06 writes them, 07 reads)
 ``long_context`` the ``long-context`` prompt set (held-out ShareGPT histories by context length), replies + states
 ``context_curve`` τ against context length: per bucket with intervals, the curve, the fall past the training length
 ``summary``     what notebook 06 reports: a draft on a named set beside its held-out prompts, stability, summary

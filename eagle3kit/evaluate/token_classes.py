@@ -144,3 +144,30 @@ def worst_line(table: pd.DataFrame) -> str:
     names = f"{', '.join(tied[:-1])} and {tied[-1]}"
     return (f"Of what the draft can propose, it fails most on {names} tokens, which no count here "
             f"separates (95 % intervals: {', '.join(map(said, tied))}){less}; {overall}.{cap}")
+
+
+def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> str:
+    """τ over ``views`` as the sum it is (1 a round for the verifier's own token, plus the draft tokens accepted per
+    round at each depth), then how often the round's first proposal was rejected and how many of those rejected
+    targets the draft could never have proposed (outside its vocab): counts, one sentence each."""
+    rounds = sum(v.rounds for v in views)
+    if not rounds:
+        return "No round was taken here (every reply ended before its first round)."
+    depths = [sum(d) for d in zip(*(v.by_depth() for v in views), strict=True)]
+    terms = " + ".join(f"{d / rounds:.2f}" for d in depths)
+    first_rejected = outside = 0
+    for view in views:
+        accepted_in = {f.round for f in view.fates if f.kind == ACCEPTED}
+        found = reply_classes(view, tokenizer, in_draft_vocab)
+        for fate, classes in zip(view.fates, found, strict=True):
+            if fate.kind == CORRECTED and fate.round not in accepted_in:
+                first_rejected += 1
+                outside += OUTSIDE in classes
+    tau = 1 + sum(depths) / rounds
+    share = (f"; {outside} of those {first_rejected} rejected tokens ({outside / first_rejected:.0%}) lie outside the "
+             "draft vocab, where no training helps" if first_rejected and in_draft_vocab is not None else "")
+    prompts = f"{len(views)} prompt" + ("s" if len(views) != 1 else "")
+    return (f"How τ {tau:.2f} adds up over {prompts} ({rounds} rounds): 1 (the verifier's own token, every "
+            f"round) + {terms} (draft tokens accepted per round at depth 1 … {len(depths)}). The round's first "
+            f"proposal was rejected in {first_rejected} of the {rounds} rounds ({first_rejected / rounds:.0%}), which "
+            f"ends them at once{share}.")

@@ -23,6 +23,7 @@ PROMPTS = 4  # held-out prompts measured
 NEW_TOKENS = 32  # the verifier's greedy reply to each
 TAU = "tau"  # the key a step's record carries τ under (TrainSession.history)
 TAU_SECONDS = "tau_seconds"  # ... and the seconds the measurement took (not counted in the step's "seconds")
+TAU_PROMPTS = "tau_prompts"  # ... and on how many held-out prompts
 
 
 @dataclass
@@ -72,7 +73,7 @@ class LiveTau:
                                      states=self.states)
         finally:
             draft.train(was_training)
-        return {TAU: ev.merge(parts).tau, TAU_SECONDS: time.perf_counter() - t0}
+        return {TAU: ev.merge(parts).tau, TAU_SECONDS: time.perf_counter() - t0, TAU_PROMPTS: len(self.prompts)}
 
     def describe(self) -> str:
         from eagle3kit.evaluate.conventions import TAU_LABEL

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from eagle3kit.train.live_tau import tau_points
+from eagle3kit.train.live_tau import TAU_PROMPTS, tau_points
 
 PANELS = (("loss", "KL loss"), ("full_acc", "full accuracy"), ("cond_acc", "conditional accuracy"))
 SMOOTHING = 0.9  # EMA weight of the running value (TensorBoard's slider); 0 draws the raw values only
@@ -53,7 +53,7 @@ def plot_metrics(history: Sequence[dict], smoothing: float = SMOOTHING, title: s
     axes = fig.subplots(1, 4 if taus else 3, sharex=True)  # τ on the same steps as the loss: the whole run
     steps = np.array([r["step"] for r in history])
     if taus:
-        _plot_tau(axes[3], tau_steps, taus)
+        _plot_tau(axes[3], tau_steps, taus, next((r.get(TAU_PROMPTS) for r in history if r.get(TAU_PROMPTS)), None))
     for ax, (key, label) in zip(axes, PANELS, strict=False):
         for k in range(ttt_steps_in(history)):
             values = np.array([r[f"{key}_{k}"] for r in history], dtype=float)
@@ -77,12 +77,14 @@ def plot_metrics(history: Sequence[dict], smoothing: float = SMOOTHING, title: s
     return fig
 
 
-def _plot_tau(ax, steps: list[int], taus: list[float]) -> None:
-    """The live τ (:mod:`eagle3kit.train.live_tau`): simulated on held-out prompts at the steps it was measured."""
+def _plot_tau(ax, steps: list[int], taus: list[float], prompts: int | None = None) -> None:
+    """The live τ (:mod:`eagle3kit.train.live_tau`): simulated on ``prompts`` held-out prompts at the steps it was
+    measured (a few: the run's headline τ is measured on more)."""
     from eagle3kit.evaluate.conventions import TAU_LABEL
 
     ax.plot(steps, taus, marker="o", color="tab:purple")
-    ax.set_title(f"{TAU_LABEL}, held-out")
+    said = f"{prompts} held-out prompt" + ("s" if prompts != 1 else "") if prompts else "held-out prompts"
+    ax.set_title(f"{TAU_LABEL}\nlive, on {said}")
     ax.set_xlabel("step")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.grid(alpha=0.3)

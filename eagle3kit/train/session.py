@@ -169,9 +169,10 @@ class TrainSession:
 
     def track_tau(self, every: int | None = None, **prompts: Any) -> LiveTau:
         """From now on, every ``every`` steps (default :data:`eagle3kit.train.live_tau.EVERY`) measure the draft's
-        simulated τ on held-out prompts into the step's record (``tau``, ``tau_seconds``); ``prompts``: the
-        :meth:`LiveTau.for_session` sizes (and ``verifier``, one already loaded). The verifier's replies are written
-        here, once: a session resumed and tracked again with the same sizes measures on the same prompts."""
+        simulated τ on held-out prompts into the step's record (``tau``, ``tau_seconds``, ``tau_prompts``);
+        ``prompts``: the :meth:`LiveTau.for_session` sizes (and ``verifier``, one already loaded). The verifier's
+        replies are written here, once: a session resumed and tracked again with the same sizes measures on the same
+        prompts."""
         self.live_tau = LiveTau.for_session(self, **({"every": every} if every else {}), **prompts)
         return self.live_tau
 
