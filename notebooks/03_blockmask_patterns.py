@@ -35,6 +35,7 @@
 # `create_block_mask`; `create_mask` / `create_float_mask` for sdpa / eager), at token, block and TTT-step level.
 
 # %% tags=["parameters"]
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
 verifier = "smollm2"      # its tokenizer turns ShareGPT conversations into token lengths
 n_documents = 24          # conversations sampled from ShareGPT V3
 total_seq_len = 3072      # the packed batch (a multiple of 128, as speculators' flex path needs)

@@ -30,6 +30,7 @@
 # `hidden_states/hs_{i}.safetensors` + Arrow dataset + `token_freq.pt` → draft vocab mapping `d2t`/`t2d`.
 
 # %% tags=["parameters"]
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
 verifier = "smollm2"       # "smollm2" | "tiny" | an HF directory
 n_conversations = 12       # training conversations (ShareGPT V3, chosen by seed)
 held_out = 4               # conversations kept out for evaluation (notebook 06)

@@ -31,6 +31,7 @@
 # hand the very same run to `speculators train` on N GPUs.
 
 # %% tags=["parameters"]
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
 verifier = "smollm2"        # used when the data has to be built here
 data_dir = ""               # "": notebook 04's workdir/data if complete, else the small set (shared with 06) built here
 rebuild_data = False        # build the small data set here (again) even if notebook 04's exists
@@ -219,16 +220,20 @@ print(type(loaded).__name__, "loaded from", exported, "- fc weights equal:",
 #
 # The run becomes a speculators `TrainConfig` YAML, validated by speculators itself; every value that defines it is
 # written out. Below: whether it fits (the step's memory on one H100-80GB a rank, and the disk its checkpoints
-# need under the plan's folder), the YAML's head and its path, the command, and a table of every field the YAML
-# sets, saying where eagle3kit's value differs from the `speculators train` default and why. The command runs it
-# with `torchrun` (add `--fsdp-shard` to shard with FSDP2).
+# need under the plan's folder), the YAML's head and its path, the command, and a table of the fields the YAML sets
+# where eagle3kit's value differs from the `speculators train` default, with why. The command runs it with `torchrun`
+# (add `--fsdp-shard` to shard with FSDP2).
 
 # %%
 plan = launch.write_plan(session.build, session.settings, data, workdir / "launch_05", n_gpus=n_gpus, warn=False)
 print(plan.fit)  # its GPU memory a rank, and the disk its checkpoints need here
 print(plan.head())
 print(plan.command)
-launch.explain_plan(plan)
+fields = launch.explain_plan(plan)
+differs = fields[fields["differs"] == "yes"]
+print(f"{len(fields)} fields written; {len(fields) - len(differs)} are speculators' defaults, the {len(differs)} below "
+      "are not (`launch.explain_plan(plan)` lists every one):")
+differs
 
 # %% [markdown]
 # `speculators train --config run.yaml --dry-run`, run here on the CPU, builds the draft from the YAML and saves it.

@@ -37,6 +37,7 @@
 # Terms: [docs/glossary.md](../docs/glossary.md).
 
 # %% tags=["parameters"]
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
 verifier = "smollm2"        # used when the data has to be built here
 resume_from_05 = True       # continue notebook 05's checkpoint (workdir/checkpoint_05) when it is there
 train_steps = 20            # steps trained in this notebook (on top of notebook 05's)
@@ -81,6 +82,7 @@ from eagle3kit.notebook import CHECKPOINT_06, DRAFT_06, SCORED_06, continue_or_s
 from eagle3kit.plan import serving_speed
 from eagle3kit.runner import record_summary
 from eagle3kit.train.plots import plot_metrics
+from eagle3kit.train.validation import split_metrics
 from eagle3kit.verifier import load_model, load_tokenizer
 
 workdir = setup(workdir)
@@ -335,6 +337,9 @@ if lab.frontier:
                                   before=lab.frontier_before, before_label=recipes.BEFORE_LABEL))
 
 # %%
+fit = {"training": split_metrics(session, "train"), "validation": split_metrics(session, "val")}  # no step taken
+print("the first guess right (teacher-forced, every supervised token): " + ", ".join(
+    f"{f['full_acc_0']:.2f} on the {f['samples']} {split} conversations" for split, f in fit.items() if f["batches"]))
 speed_line = [vllm_compare.measured_line(vllm, cpu), there.line(where, tau_from)]
 scored = [ScoredSet(benchmarks.HELD_OUT, held_prompts, [p[0].tolist() for p in prompts], conts,
                     "transformers (float32)", held_records, **from_check(vllm))]
@@ -349,7 +354,9 @@ record_summary(workdir, "06", **summary.summary_numbers(sim, real, gate, named),
                plan_verifier=plan_verifier, plan_gpu=plan_gpu, serve_batch=serve_batch,
                speedup_predicted_there=round(there.speedup, 3), break_even_there=round(there.break_even, 2),
                acceptance_there=[round(a, 3) for a in acceptance], acceptance_from=tau_from, closing=speed_line,
-               train_full_acc_0=round(float(last["full_acc_0"]), 3), training_samples=len(session.batches.dataset),
+               train_full_acc_0=round(fit["training"]["full_acc_0"], 3), training_samples=fit["training"]["samples"],
+               val_full_acc_0=round(fit["validation"]["full_acc_0"], 3) if fit["validation"]["batches"] else None,
+               validation_samples=fit["validation"]["samples"],
                outside_vocab_share=outside_share(conts, draft_vocab_mask(session.model)))
 
 # %% [markdown]

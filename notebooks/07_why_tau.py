@@ -34,6 +34,7 @@
 #   (`eagle3kit evaluate --bench long-context` measures the full curve).
 
 # %% tags=["parameters"]
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
 verifier = "smollm2"        # used when notebook 06 did not run in this workdir
 held_out_index = 0          # the held-out prompt shown first
 bench_index = 0             # the named set's prompt shown second
@@ -155,7 +156,8 @@ else:
 line = vllm_line(views.computed())
 if line:
     print(line)
-    display(comparison_table(views.computed()))
+    differing = comparison_table(views.computed(), only_differing=True)
+    display(differing if len(differing) else "on every prompt both agree")
 else:
     print("skipped: notebook 06 did not serve the draft in vLLM (vllm_check = False), so there are no per-request "
           "counts to set beside")

@@ -61,16 +61,21 @@ def test_the_options_split_a_lab_rows_steps_between_notebooks_05_and_06():
     assert int(options["n_conversations"]) == course.conversations(row, lab)
 
 
-def test_why_names_the_vocab_cap_and_the_gap_between_training_and_held_out(tmp_path):
-    """The run's own counts: the share of held-out reply tokens outside the draft vocab, and the first guess on its
-    last training batch beside held-out; each sentence silent when its count is absent."""
-    counted = {**SIMULATED, "outside_vocab_share": 0.28, "train_full_acc_0": 0.7, "training_samples": 112,
-               "train_steps_total": 241}
+def test_why_names_the_vocab_cap_and_the_gap_between_the_training_and_validation_splits(tmp_path):
+    """The run's own counts: the share of held-out reply tokens outside the draft vocab, and the first guess on the
+    training split beside the validation split, memorised only where the gap is at least MEMORISED_GAP; each sentence
+    silent when its count is absent."""
+    split = {"training_samples": 115, "validation_samples": 13, "train_steps_total": 241}
+    counted = {**SIMULATED, "outside_vocab_share": 0.28, "train_full_acc_0": 0.78, "val_full_acc_0": 0.52, **split}
     text = course.why(counted)
     assert "28% of the held-out replies' tokens lie outside the draft's vocabulary" in text
-    assert "right 0.70 of the time, against 0.10 on held-out prompts" in text and "112 training conversations" in text
+    assert "right 0.78 of the time on its 115 training conversations and 0.52 on the 13 it never trained on" in text
+    assert "learnt its training replies better than the language" in text
+    close = course.why({**counted, "val_full_acc_0": 0.78 - course.MEMORISED_GAP / 2})
+    assert "no memorising shows" in close and "better than the language" not in close
     plain = course.why(SIMULATED)
-    assert "outside the draft's vocabulary" not in plain and "last training batch" not in plain
+    assert "outside the draft's vocabulary" not in plain and "training conversations" not in plain
+    assert "training conversations" not in course.why({**counted, "val_full_acc_0": None})  # no validation batch
 
 
 def test_a_lab_rows_options_carry_its_presets_packs_and_conversations():

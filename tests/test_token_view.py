@@ -23,7 +23,7 @@ from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate import fates, scores, token_classes
 from eagle3kit.evaluate.benchmarks import held_out_set, load_set, render
 from eagle3kit.evaluate.export import reload
-from eagle3kit.evaluate.token_page import page, prompt_html
+from eagle3kit.evaluate.token_page import comparison_table, page, prompt_html, vllm_line
 from eagle3kit.evaluate.token_viewer import TokenViewer
 from eagle3kit.evaluate.verifier_states import load_states, save_states
 from eagle3kit.masks.eagle_mask import round_up_to_block
@@ -131,6 +131,23 @@ def test_tau_adds_up_by_depth_and_counts_the_rejected_first_proposals():
     assert "rejected in 0 of the 4 rounds (0%)" in said and "outside" not in said  # silent where nothing was rejected
     assert "+ 1.00 + 0.75 + 0.75 (draft" in said  # rounds accept 3, 3, 3 and 1: depth 1 in 4 rounds, 2 and 3 in 3
     assert token_classes.how_tau_adds_up([], _Chars(texts)).startswith("No round was taken")
+
+
+def test_the_vllm_comparison_shows_only_the_prompts_that_differ_and_counts_the_rest():
+    seq = list(range(100, 120))
+    fs = fates.fates_of(_perfect(seq, 3), seq, 5, 3)  # rounds accept 3, 3, 3, 1
+    reply, hist = [f.token for f in fs], [0, 1, 0, 3]
+
+    def view(name, output, histogram):
+        return fates.PromptView(name, "c", seq[:5], fs, 3, vllm_histogram=histogram, vllm_output=output)
+
+    views = [view("agrees", reply, hist), view("other counts", reply, [1, 0, 0, 3]),
+             view("other reply", reply[:-1] + [0], hist), fates.PromptView("no vllm", "c", seq[:5], fs, 3)]
+    assert len(comparison_table(views)) == 3  # the prompt vLLM did not run is left out
+    assert comparison_table(views, only_differing=True)["prompt"].tolist() == ["other counts", "other reply"]
+    assert "equals the simulated reply on 2; on those, its per-request counts (rounds by accepted tokens) equal the " \
+           "simulation's on 1" in vllm_line(views)
+    assert comparison_table(views[:1], only_differing=True).empty and vllm_line(views[3:]) == ""
 
 
 def test_targets_outside_the_draft_vocab_are_named_as_a_cap_not_as_where_the_draft_fails_most():

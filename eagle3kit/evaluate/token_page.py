@@ -129,12 +129,14 @@ def write_page(path: str | os.PathLike, sections: dict[str, Sequence[PromptView]
     return Path(path)
 
 
-def comparison_table(views: Sequence[PromptView]) -> pd.DataFrame:
+def comparison_table(views: Sequence[PromptView], only_differing: bool = False) -> pd.DataFrame:
     """Per prompt where vLLM ran: τ simulated (from the fates) beside vLLM's per-request τ, whether vLLM's output
-    equals the simulated reply and whether the rounds-by-accepted counts agree."""
+    equals the simulated reply and whether the rounds-by-accepted counts agree; ``only_differing``: the prompts where
+    either does not (:func:`vllm_line` counts the rest)."""
     rows = [{"prompt": v.id, "category": v.category, f"{TAU_LABEL} simulated": round(v.tau, 3),
              f"{TAU_LABEL} vLLM": round(v.vllm_tau, 3), "same output": v.vllm_same_output,
-             "same counts": v.vllm_counts_agree} for v in views if v.vllm_tau is not None]
+             "same counts": v.vllm_counts_agree} for v in views if v.vllm_tau is not None
+            and not (only_differing and v.vllm_same_output and v.vllm_counts_agree)]
     return pd.DataFrame(rows)
 
 

@@ -1,0 +1,38 @@
+"""The draft's accuracy on a split of its data, counted as a training step counts it but with no step taken: the
+training split against speculators' validation split (the rows after ``train_data_ratio``, never trained on), so that
+"memorised its replies" is a measured gap, not one batch's guess."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from speculators.train.utils import normalize_counted_metrics
+
+from eagle3kit.data.loader import make_loader
+
+
+@torch.no_grad()
+def split_metrics(session: Any, split: str = "val", max_batches: int | None = None) -> dict[str, float]:
+    """A :class:`~eagle3kit.train.session.TrainSession`'s draft on ``split`` ("train" | "val") of its data, packed as
+    it trains: loss and full / conditional accuracy per TTT step, each token-weighted over the split's batches (at
+    most ``max_batches``), ``batches`` and ``samples`` (the split's rows; no metrics when it packs no batch). The
+    draft is left as it was (weights, training mode)."""
+    s = session.settings
+    loader = make_loader(session.data, s.total_seq_len, session.dtype, train_ratio=s.train_data_ratio, split=split,
+                         seed=s.seed, max_batches=max_batches, check=False)
+    was_training, summed, batches = session.model.training, {}, 0
+    session.model.eval()
+    try:
+        for batch in loader:
+            batch = {k: v.to(session.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            with session.autocast():
+                _loss, metrics = session.forward(session.model, batch, **session.forward_kwargs)
+            summed = {k: summed.get(k, 0.0) + v.detach().float() for k, v in metrics.items()}
+            batches += 1
+    finally:
+        session.model.train(was_training)
+    if not batches:  # a split too small to pack a batch (a tiny dataset's validation split)
+        return {"batches": 0, "samples": len(loader.dataset)}
+    return {**normalize_counted_metrics({k: float(v) for k, v in summed.items()}), "batches": batches,
+            "samples": len(loader.dataset)}

@@ -1,0 +1,37 @@
+"""The draft's accuracy on the training and the validation split of its data, counted as a training step counts it,
+with no step taken: the training split's first batch gives the first step's numbers, and the validation split holds
+the rows the session never trains on (notebook 06 sets the two side by side; tests/test_course.py its sentence)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.train.session import TrainSession
+from eagle3kit.train.validation import split_metrics
+
+from conftest import TINY_DATA_SEQ as SEQ
+
+
+def session(data, **settings) -> TrainSession:
+    return TrainSession(data, DraftSpec(verifier="tiny", device="cpu"), progress=False, total_seq_len=SEQ,
+                        warmup_steps=0, **settings)
+
+
+def test_the_training_splits_first_batch_counts_what_the_first_step_counts_and_nothing_moves(tiny_data):
+    s = session(tiny_data)
+    before = {k: v.clone() for k, v in s.model.state_dict().items()}
+    first = split_metrics(s, "train", max_batches=1)
+    assert all(torch.equal(v, s.model.state_dict()[k]) for k, v in before.items()) and s.model.training
+    record = s.step()
+    assert first["batches"] == 1
+    for key in ("loss", "full_acc_0", "full_acc_1", "cond_acc_1"):
+        assert first[key] == pytest.approx(record[key], rel=1e-5, abs=1e-7), key
+
+
+def test_the_validation_split_is_the_rows_the_session_never_trains_on(tiny_data):
+    s = session(tiny_data)
+    train, val = split_metrics(s, "train"), split_metrics(s, "val")
+    assert train["samples"] == len(s.batches.dataset) and train["samples"] + val["samples"] == s.data.n_samples
+    assert val["samples"] >= 1 and val["batches"] >= 1 and 0.0 <= val["full_acc_0"] <= 1.0
