@@ -6,6 +6,7 @@
 ``loop``        the one optimizer step (``train_step``) the session and the plain parity loop both call
 ``batches``     the packed batches at an exact, resumable position
 ``checkpoint``  save / resume (weights, optimizer, scheduler, RNG, data position)
+``validation``  the draft's accuracy on the training and the validation split, counted with no step taken
 ``live_tau``    τ while training: simulated on a few held-out prompts every N steps, draft forwards only
 ``plots``       training curves per TTT step, the next batch
 ``stepper``     the Step / Run N / Stop widget
