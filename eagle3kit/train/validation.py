@@ -25,7 +25,7 @@ def split_metrics(session: Any, split: str = "val", max_batches: int | None = No
     session.model.eval()
     try:
         for batch in loader:
-            batch = {k: v.to(session.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            batch = {k: v.to(session.device) for k, v in batch.items() if torch.is_tensor(v)}  # as Batches.peek
             with session.autocast():
                 _loss, metrics = session.forward(session.model, batch, **session.forward_kwargs)
             summed = {k: summed.get(k, 0.0) + v.detach().float() for k, v in metrics.items()}
