@@ -245,16 +245,22 @@ def test_the_page_shows_evaluates_per_prompt_tau_on_every_prompt(memorised, tmp_
     assert f"τ (bonus token counted) {held.tau:.3f}" in html
 
 
+def _held_out_replies(data: Path):
+    """The tiny verifier, its tokenizer, the data's held-out prompts, their ids and the verifier's replies."""
+    verifier, tok = load_model("tiny"), load_tokenizer("tiny")
+    prompts = held_out_set(conv.read_jsonl(Path(data) / "held_out.jsonl"))
+    ids = render(tok, prompts)
+    conts = ev.continuations(verifier, [torch.tensor([i]) for i in ids], NEW_TOKENS, tok.eos_token_id, progress=False)
+    return verifier, tok, prompts, ids, conts
+
+
 @pytest.mark.parametrize("breakage", ["d2t zeroed", "d2t one id off"])
 def test_a_draft_with_a_broken_vocab_mapping_lights_up_nothing(memorised, tmp_path, breakage):
     draft, data = memorised
     edit = {"d2t zeroed": lambda t: t.update(d2t=torch.zeros_like(t["d2t"])),
             "d2t one id off": lambda t: t.update(d2t=t["d2t"] + 1)}[breakage]
     broken = _tensors_edited(draft, tmp_path / "broken", edit)
-    verifier, tok = load_model("tiny"), load_tokenizer("tiny")
-    prompts = held_out_set(conv.read_jsonl(Path(data) / "held_out.jsonl"))
-    ids = render(tok, prompts)
-    conts = ev.continuations(verifier, [torch.tensor([i]) for i in ids], NEW_TOKENS, tok.eos_token_id, progress=False)
+    verifier, tok, prompts, ids, conts = _held_out_replies(data)
     states: dict = {}
     healthy = fates.views_of(verifier, reload(draft), prompts, ids, conts, K, states)
     views = fates.views_of(verifier, reload(broken), prompts, ids, conts, K, states)
@@ -268,10 +274,7 @@ def test_a_draft_with_a_broken_vocab_mapping_lights_up_nothing(memorised, tmp_pa
 def test_states_kept_beside_the_scored_file_give_the_same_views_without_a_verifier_forward(memorised, tmp_path):
     """Notebook 06 keeps the verifier's states of what it scored; 07 reads them and runs the draft alone."""
     draft, data = memorised
-    verifier, tok = load_model("tiny"), load_tokenizer("tiny")
-    prompts = held_out_set(conv.read_jsonl(Path(data) / "held_out.jsonl"))
-    ids = render(tok, prompts)
-    conts = ev.continuations(verifier, [torch.tensor([i]) for i in ids], NEW_TOKENS, tok.eos_token_id, progress=False)
+    verifier, tok, prompts, ids, conts = _held_out_replies(data)
     states: dict = {}
     fresh = fates.views_of(verifier, reload(draft), prompts, ids, conts, K, states)
     scored = tmp_path / "scored.json"
