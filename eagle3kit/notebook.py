@@ -143,8 +143,8 @@ def scored_by_06(workdir: str | os.PathLike, verifier: str, fallback_steps: int,
         draft = reload(draft_dir)
         name = draft.config.speculators_config.verifier.name_or_path
         verifier = load_model(name)
-        states = load_states(work / SCORED_06, verifier.name_or_path) if (work / SCORED_06).exists() else {}
-        return Scored(draft_dir, draft, verifier, load_tokenizer(name), sets, data, how, states)
+        return Scored(draft_dir, draft, verifier, load_tokenizer(name), sets, data, how,
+                      load_states(work / SCORED_06, verifier.name_or_path))  # {} when 06 kept none
 
 
 def _score_here(session, n_prompts: int, bench: str, n_bench_prompts: int, max_new_tokens: int) -> dict:

@@ -201,7 +201,7 @@ def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sa
         utilisation=(data_utilisation, train_utilisation),
         speed=serving_speed.predict(verifier, gpu, serve_batch, serve_k or ttt_steps, tau, acceptance,
                                     tp=serve_gpus or holders(weights, target),
-                              draft_vocab_size=build.config.draft_vocab_size, num_layers=num_layers),
+                                    draft_vocab_size=build.config.draft_vocab_size, num_layers=num_layers),
     )
     result.commands = _commands(result, build, data)
     result.assumptions = _assumptions(result, kind)
