@@ -39,10 +39,10 @@ from eagle3kit.data import conversations as conv  # noqa: E402
 from eagle3kit.data.generate import greedy_batch  # noqa: E402
 from eagle3kit.device import native_dtype  # noqa: E402
 from eagle3kit.data.regenerate import SPARE_PROMPTS, distinct_prompts, regenerate  # noqa: E402
-from eagle3kit.presets import NOTEBOOKS  # noqa: E402
+from eagle3kit.presets import parameters  # noqa: E402
 from eagle3kit.verifier import load_model, load_tokenizer, resolve  # noqa: E402
 
-DEMO = NOTEBOOKS["04"]["demo"]
+DEMO = parameters("demo", "04")  # on this CPU
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:

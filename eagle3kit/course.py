@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from eagle3kit import presets
-from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow, read_lab
+from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow, evidence, read_lab
 from eagle3kit.plan.commands import torchrun_command
 from eagle3kit.runner import read_summary
 
@@ -135,8 +135,11 @@ def conversations(row: LabRow, lab: Lab) -> int | None:
         "n_conversations")
 
 
-def frontier_table(lab: Lab, minutes: float | None = None, tau: float | None = None, on: str = "held-out") -> str:
-    """The lab's best recipe at each budget as a Markdown table (what more minutes buy), and this run's row."""
+def frontier_table(lab: Lab, minutes: float | None = None, tau: float | None = None, on: str = "held-out",
+                   conversations_here: int | None = None, steps: int | None = None,
+                   bench_tau: float | None = None) -> str:
+    """The lab's best recipe at each budget as a Markdown table (what more minutes buy), and this run's row (its
+    held-out τ simulated on its own prompts, its MT-bench τ by vLLM's counters where given)."""
     head = ["CPU minutes (data + training)", "conversations", "training steps", f"τ {on} [95 %]",
             "τ mt-bench [95 %]"]
     rows = []
@@ -144,9 +147,27 @@ def frontier_table(lab: Lab, minutes: float | None = None, tau: float | None = N
         rows.append([f"{r.minutes:.1f}", str(conversations(r, lab) or "?"), str(r.steps),
                      *(str(r.tau[s]) if s in r.tau else "" for s in (on, "mt-bench"))])
     if minutes is not None and tau is not None:
-        rows.append([f"{minutes:.1f} (this run)", "", "", f"{tau:.3f} (this run's held-out prompts)", ""])
+        rows.append([f"{minutes:.1f} (this run, this CPU)", str(conversations_here or ""), str(steps or ""),
+                     f"{tau:.3f} (this run's held-out prompts)",
+                     f"{bench_tau:.3f} (vLLM's counters)" if bench_tau is not None else ""])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def minutes_caveat(lab: Lab) -> str:
+    """Whether the lab's CPU minutes and this CPU's are one clock: the lab says if its CPU had native bf16 (without
+    it a step costs about twice as long, docs/demo.md); empty where the lab does not say."""
+    from eagle3kit.device import native_bf16
+
+    theirs = lab.context.get("machine", {}).get("native_bf16")
+    if theirs is None:
+        return ""
+    mine = native_bf16()
+    kind = {True: "with native bf16", False: "without native bf16 (AVX2 only)"}
+    if theirs == mine:
+        return f"The lab's minutes and this run's are both a 2-core CPU's {kind[mine]}."
+    return (f"The lab measured its minutes on a 2-core CPU {kind[theirs]}; this CPU is one {kind[mine]}, so compare "
+            f"this run with the lab by its conversations and steps, not its minutes.")
 
 
 def set_options(row: LabRow, lab: Lab) -> str:
@@ -154,7 +175,7 @@ def set_options(row: LabRow, lab: Lab) -> str:
     between notebook 05 (``first_steps`` + ``run_steps``) and notebook 06 (``train_steps``) as the demo splits them."""
     first = int(presets.parameters("demo", "05").get(FIRST_STEPS_KEY, 1))
     in_05 = row.steps // 2
-    packs = recipe_of(row, lab).get("total_seq_len")
+    packs = recipe_of(row, lab).get("total_seq_len") or _default_packs()
     options = {"n_conversations": conversations(row, lab), "max_steps": row.steps,
                RUN_STEPS_KEY: max(1, in_05 - first), TRAIN_STEPS_KEY: row.steps - in_05,
                "total_seq_len": packs if packs != presets.parameters("demo", "05").get("total_seq_len",
@@ -197,16 +218,48 @@ def preset_changes(preset: str = "full", base: str = "demo") -> dict[str, dict[s
     return out
 
 
-def to_change(lab: Lab) -> list[str]:
-    """The exact parameters to change: the presets, and the ``--set`` options of each frontier point."""
+OUTSIDE_VOCAB_CAP = 0.1  # a share of held-out reply tokens outside the draft vocab worth naming as a lever
+
+
+def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
+    """What this run's own diagnosis asks to change, as ``--set`` options (empty where nothing shows): more
+    conversations where the draft memorised (:data:`MEMORISED_GAP`), a larger draft vocab where many reply tokens lie
+    outside it (:data:`OUTSIDE_VOCAB_CAP`), each with the lab's evidence where it has a row."""
+    out = []
+    trained_acc, val_acc, n = s06.get("train_full_acc_0"), s06.get("val_full_acc_0"), s04.get("samples")
+    if trained_acc is not None and val_acc is not None and trained_acc - val_acc >= MEMORISED_GAP and n:
+        out.append(f"It memorised (first guess {trained_acc:.2f} on its training split, {val_acc:.2f} on validation): "
+                   f"more conversations at the same epochs, `--set n_conversations={2 * n}` with twice the steps.")
+    outside, vocab = s06.get("outside_vocab_share"), s04.get("draft_vocab_size")
+    if outside and outside >= OUTSIDE_VOCAB_CAP and vocab:
+        said = "; ".join(filter(None, (evidence(lab, r.name) for r in lab.rows if r.name.startswith("vocab-"))))
+        out.append(f"{outside:.0%} of held-out reply tokens lie outside its {vocab}-token vocab: "
+                   f"`--set draft_vocab_size={2 * vocab}` raises that cap, at the price of a larger head to train"
+                   + (f"; measured so far: {said}." if said else "."))
+    return out
+
+
+def to_change(lab: Lab, s06: dict | None = None, s04: dict | None = None) -> list[str]:
+    """The exact parameters to change: what this run's diagnosis asks (:func:`levers`), the presets, and the
+    ``--set`` options of each frontier point (said to be a preset where they are one on this CPU)."""
     full = preset_changes()
     said = "; ".join(f"notebook {nn}: " + ", ".join(f"{k}={v}" for k, v in c.items()) for nn, c in full.items())
-    lines = ["`eagle3kit run-notebooks --preset demo` runs the demo; `--preset full` "
-             + (f"changes {said}." if said else "currently sets the demo's values.")]
+    lines = levers(s06 or {}, s04 or {}, lab)
+    lines.append("`eagle3kit run-notebooks --preset demo` runs the demo; `--preset full` "
+                 + (f"changes {said}." if said else "currently sets the demo's values."))
     for r in sorted(lab.frontier, key=lambda r: r.minutes):
-        lines.append(f"{r.minutes:.1f} CPU minutes ({r.what}): `eagle3kit run-notebooks --preset demo "
-                     f"{set_options(r, lab)}`")
+        same = next((name for name in ("demo", "full") if _is_preset(set_options(r, lab), name)), None)
+        lines.append(f"{r.minutes:.1f} CPU minutes ({r.what}): " + (
+            f"the `{same}` preset's recipe on this CPU" if same else
+            f"`eagle3kit run-notebooks --preset demo {set_options(r, lab)}`"))
     return lines
+
+
+def _is_preset(options: str, preset: str) -> bool:
+    """Whether ``--set`` ``options`` (on top of the demo) give ``preset``'s values on this CPU."""
+    values = dict(item.split("=", 1) for item in options.replace("--set ", "").split())
+    mine = {k: v for nn in presets.NOTEBOOKS for k, v in presets.parameters(preset, nn).items() if k in values}
+    return set(mine) == set(values) and all(str(v) == values[k] for k, v in mine.items())
 
 
 def handoff(workdir: str | os.PathLike, s01: dict, s04: dict, s06: dict, n_gpus: int = 8) -> list[str]:
@@ -238,9 +291,11 @@ def conclusion(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
     parts = ["## Conclusion", "**The verdict.** " + " ".join(headline(s06)),
              "**What it buys.** " + " ".join(buys(s06)), "**Why it is what it is.** " + why(s06),
              "**What more minutes buy** (the recipe lab's best recipe at each budget, measured on this verifier at "
-             "CPU scale; a GPU run lands elsewhere):", frontier_table(lab, s06.get("minutes_to_make"),
-                                                                      s06.get("tau_trained")),
+             "CPU scale; a GPU run lands elsewhere):",
+             frontier_table(lab, s06.get("minutes_to_make"), s06.get("tau_trained"), conversations_here=s04.get(
+                 "samples"), steps=s06.get("train_steps_total"), bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau")),
+             minutes_caveat(lab),
              reaches(lab, s06.get("break_even_there")),
-             "**What to change.**", "\n".join(f"- {line}" for line in to_change(lab)),
+             "**What to change.**", "\n".join(f"- {line}" for line in to_change(lab, s06, s04)),
              "**On GPUs.**", "\n".join(f"{i}. {line}" for i, line in enumerate(handoff(workdir, s01, s04, s06), 1))]
     return "\n\n".join(parts)

@@ -6,18 +6,21 @@ A notebook parameter named like a field of :class:`DraftSpec` or :class:`TrainSe
 holds only what a preset sets otherwise. The runner passes a notebook only the names its ``parameters`` cell declares,
 plus ``workdir`` (the run's shared folder). Notebooks 05 and 06 train on notebook 04's data; without it they share
 one small set whose size has one home, :data:`eagle3kit.notebook.SMALL_DATA`.
+
+``demo`` and ``full`` fit the CPU they run on: a CPU without native bf16 (AVX2 only) keeps hidden states and training
+in float32 and takes about twice as long a step, so there each reads its values under ``"<preset>@float32"`` over its
+own (the lab's shorter points); the minutes and τ each reaches on either kind of CPU are in docs/demo.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from eagle3kit.draft.config import DraftSpec
 from eagle3kit.errors import UserError
-from eagle3kit.train.session import TrainSettings
 
 NAMES = ("ci", "demo", "full")
 BASED_ON = {"full": "demo"}  # a preset that only changes some values of another: the rest come from it
+FLOAT32_CPU = "@float32"  # the suffix of a preset's values for a CPU without native bf16
 
 NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "01": {
@@ -37,29 +40,33 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
     "04": {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
                "dtype": "float32", "regenerate_tokens": 16, "regenerate_engine": "transformers"},
-        # demo: the recipe lab's strongest row at 5 CPU minutes, `less-data` (bench/recipe.py --demo less-data: fewer
-        # replies, more epochs, the data's minutes spent on steps instead): the verifier writes 128 replies of <= 96
-        # tokens to user turns cut to 128 tokens (vLLM's CPU build where `make vllm` installed it), a 2048-token draft
-        # vocab, hidden states in bf16 where the CPU has it ("native"). What it costs and reaches, measured:
-        # docs/demo.md and bench/results/recipe.md.
-        "demo": {"n_conversations": 128, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
+        # demo: the recipe lab's `pack-512` row at its 10-minute check (bench/recipe.py), the one lever that held at
+        # both budgets: the verifier writes 256 replies of <= 96 tokens to user turns cut to 128 tokens (vLLM's CPU
+        # build where `make vllm` installed it), a 2048-token draft vocab, hidden states in bf16 ("native"). full:
+        # twice the conversations (notebook 06 finds the demo's draft memorises: its first guess is right far more
+        # often on its training split than on its validation split). Where the CPU has no native bf16: the lab's
+        # `less-data` row at 5 minutes for the demo, `pack-512` for full. What each costs and reaches: docs/demo.md.
+        "demo": {"n_conversations": 256, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
                  "batch_size": 4, "dtype": "native", "regenerate_tokens": 96, "regenerate_prompt_tokens": 128},
-        "full": {"n_conversations": 256},  # pack-512's data: the lab's base 256 replies
+        "full": {"n_conversations": 512},
+        "demo@float32": {"n_conversations": 128},
+        "full@float32": {"n_conversations": 256},
     },
     "05": {
         "ci": {"total_seq_len": 384, "max_steps": 40, "warm_start_layer": -1,
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                "rehearse_ranks": 1, "rehearse_steps": 3, "tau_every": 2},
-        # demo training budget, shared with 06 (which resumes this session): 3 + 118 steps here + 120 in 06 = the
-        # steps the recipe lab trained its `less-data` row (bench/recipe.py --demo), 1024 tokens a step, bf16 autocast
-        # where the CPU has it ("native"), from the verifier's last layer (eagle3kit.draft.warm_start), at
-        # TrainSettings' lr; what it measured: docs/demo.md.
-        "demo": {"max_steps": 241, "warm_start_layer": -1, "hidden_states_dtype": "native",
-                 "first_steps": 3, "run_steps": 118, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
+        # demo training budget, shared with 06 (which resumes this session): 3 + 650 steps here + 653 in 06 = the
+        # steps of the lab's `pack-512` row at 10 minutes, 512 tokens a step, bf16 autocast ("native"), from the
+        # verifier's last layer (eagle3kit.draft.warm_start), at TrainSettings' lr. full: twice the steps (the same
+        # epochs of twice the data). Without native bf16: `less-data`'s 241 steps of 1024 tokens for the demo,
+        # `pack-512`'s for full.
+        "demo": {"total_seq_len": 512, "max_steps": 1306, "warm_start_layer": -1, "hidden_states_dtype": "native",
+                 "first_steps": 3, "run_steps": 650, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                  "rehearse_ranks": 2, "rehearse_steps": 3},
-        # full: the lab's best point at 10 CPU minutes, `pack-512` at its check (bench/recipe.py --full pack-512@10):
-        # 512-token packs, the one lever that held at both budgets; 3 + 650 steps here, 653 in 06
-        "full": {"total_seq_len": 512, "max_steps": 1306, "run_steps": 650},
+        "full": {"max_steps": 2612, "run_steps": 1303},
+        "demo@float32": {"total_seq_len": 1024, "max_steps": 241, "run_steps": 118},
+        "full@float32": {"total_seq_len": 512, "max_steps": 1306, "run_steps": 650},
     },
     "06": {
         "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_prompts": 2, "max_new_tokens": 24,
@@ -68,10 +75,12 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         # the 16 held-out prompts and MT-bench's 80 first turns (vLLM's per-request counters; simulating the 80 too is
         # left to `eagle3kit evaluate --bench mt-bench`, its cost in docs/demo.md); the decode loop, one prompt at a
         # time, proves the output unchanged on one prompt (vLLM on all of them).
-        "demo": {"resume_from_05": True, "train_steps": 120, "n_prompts": 16, "n_decode_prompts": 1,
+        "demo": {"resume_from_05": True, "train_steps": 653, "n_prompts": 16, "n_decode_prompts": 1,
                  "max_new_tokens": 64, "bench_simulated": False,
                  "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
-        "full": {"train_steps": 653},
+        "full": {"train_steps": 1306},
+        "demo@float32": {"train_steps": 120},
+        "full@float32": {"train_steps": 653},
     },
     "07": {
         # reuses 06's draft and replies: only the views it shows, the class counts and the context curve cost time
@@ -87,15 +96,28 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
 
 def typed_defaults() -> dict[str, object]:
     """The defaults of the draft and training fields a notebook parameter can take (``None`` and lists left out:
-    notebook parameters are strings and numbers)."""
+    notebook parameters are strings and numbers). Imported here: ``--help`` reads :data:`NAMES` without torch."""
+    from eagle3kit.draft.config import DraftSpec
+    from eagle3kit.train.session import TrainSettings
+
     fields = [f for cls in (DraftSpec, TrainSettings) for f in dataclasses.fields(cls)]
     return {f.name: f.default for f in fields if isinstance(f.default, (str, int, float)) and f.default is not None}
 
 
-def parameters(preset: str, notebook: str) -> dict[str, object]:
-    """What the preset sets for notebook ``nn`` beyond :func:`typed_defaults`."""
+def cpu_suffix() -> str:
+    """``""`` on a CPU with native bf16 (or a GPU machine), :data:`FLOAT32_CPU` on one without it."""
+    from eagle3kit.device import native_bf16
+
+    return "" if native_bf16() else FLOAT32_CPU
+
+
+def parameters(preset: str, notebook: str, suffix: str | None = None) -> dict[str, object]:
+    """What the preset sets for notebook ``nn`` beyond :func:`typed_defaults`, on this CPU (``suffix`` None:
+    :func:`cpu_suffix`; ``""`` or :data:`FLOAT32_CPU` to ask for one kind)."""
     if preset not in NAMES:
         raise UserError(f"Unknown preset {preset!r}; use one of {', '.join(NAMES)} "
                         f"(e.g. eagle3kit run-notebooks --preset {NAMES[0]}).")
-    own = dict(NOTEBOOKS.get(notebook, {}).get(preset, {}))
-    return {**parameters(BASED_ON[preset], notebook), **own} if preset in BASED_ON else own
+    suffix = cpu_suffix() if suffix is None else suffix
+    table = NOTEBOOKS.get(notebook, {})
+    own = {**table.get(preset, {}), **(table.get(preset + suffix, {}) if suffix else {})}
+    return {**parameters(BASED_ON[preset], notebook, suffix), **own} if preset in BASED_ON else own

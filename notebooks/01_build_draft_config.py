@@ -143,6 +143,10 @@ explain.attention_choices()
 # verifier's embedding, which covers Kimi's whole vocabulary, and two heads of the draft vocabulary's rows. Left at
 # speculators' default (the verifier's whole vocabulary) the two heads grow to the embedding's size each; the line
 # under the table gives that count.
+#
+# The last table counts the weights and the trainable ones' gradients in bf16, AdamW's two moments in fp32: a lower
+# bound. The GPU plan below counts a training rank as speculators' trainer keeps it, with fp32 master weights and
+# gradients too, so its figures for the same draft are larger by that convention, not by a different draft.
 
 # %%
 kimi = dc.build_config(verifier="kimi-k2.5", ttt_steps=ttt_steps, draft_vocab_size=PLAN_DRAFT_VOCAB)
@@ -170,10 +174,18 @@ from eagle3kit.plan import compare_plans, plan_figure, plan_run
 plans = [plan_run(name, samples=plan_samples, gpu=plan_gpu) for name in ("llama-3.1-8b", "qwen3-8b", "kimi-k2.5")]
 display(compare_plans(plans))
 print("\n".join(["Commands for the Llama-3.1-8B run:", *plans[0].commands]))
-print("\n".join(["Assumptions:", *plans[0].assumptions]))
 
 # %%
 plan_figure(plans)
+
+# %% [markdown]
+# ### Advanced · what the plan assumes
+#
+# *Skip on a first read.* Every `assumed` row of the table above rests on one of these; `eagle3kit plan` prints the
+# same list.
+
+# %%
+print("\n".join(plans[0].assumptions))
 
 # %% [markdown]
 # ## One forward pass on random hidden states

@@ -138,6 +138,9 @@ seed_replay.table(steps)
 # Δ loss and token agreement compare each cell with eager in the same mode. Two extra cells use a length that is not a
 # multiple of 128. Beside speculators' backends the probe runs `block_sparse_cpu`: eagle3kit's own CPU attention
 # (`eagle3kit.attention`), which computes only the 128-token blocks the BlockMask keeps, driven by that BlockMask.
+# It is a training-step backend: its `forward+backward` cell is eagle3kit's training step, while its `forward` cell
+# names it in a config, as an inference engine would, and errors on purpose (`DenseMaskRefused`: speculators' own
+# forward hands it a dense mask, and it says to use sdpa there).
 #
 # Each cell times `repeats` steps, the first one included, and shows their median. Flex attention compiles its kernel
 # on its first call, so with few repeats a flex cell's median carries that compile (and on a busy machine any cell

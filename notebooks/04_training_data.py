@@ -240,7 +240,7 @@ except DataError as exc:
 print(info.train_command())
 record_summary(workdir, "04", samples=info.n_samples, tokens=info.tokens, assistant_tokens=info.assistant_tokens,
                extraction_tokens_per_s=round(info.tokens_per_s or 0), targets_ok=check["ok"],
-               coverage=round(info.coverage, 4), data_dir=str(data_dir),
+               coverage=round(info.coverage, 4), data_dir=str(data_dir), draft_vocab_size=draft_vocab_size,
                held_out_coverage=None if held_coverage is None else round(held_coverage, 4),
                replies="verifier" if regenerate_tokens else "sharegpt",
                regenerate_tokens_per_s=round(regen.tokens_per_s or 0) if regenerate_tokens else None,

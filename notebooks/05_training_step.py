@@ -114,13 +114,15 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 # warmup down to none, and the first step already runs at `lr`. The cell prints this run's warmup; each row's `lr` is
 # the LR that step used.
 #
-# **What to expect at this scale.** The draft is one decoder layer that has seen a few thousand tokens; a real draft
-# sees hundreds of millions. So the loss falls but stays high. How far the accuracy (draft token = verifier token)
-# gets depends on how the draft starts. From speculators' random init (`warm_start_layer = None`) the step-0 accuracy
+# **What to expect at this scale.** The draft is one decoder layer trained on notebook 04's few hundred
+# conversations (tens of thousands of tokens; notebook 04 printed the count); a real draft sees hundreds of millions.
+# So the loss falls but stays high. How far the accuracy (draft token = verifier token)
+# gets depends on how the draft starts. From speculators' random init (`warm_start_layer = None`) the accuracy of the
+# first TTT step (`full_acc_0`, the draft's first guess)
 # starts near zero and climbs slowly at this scale: the draft has to learn what the verifier already knows.
 # Warm-started from a verifier layer (`warm_start_layer`, e.g. -1: the last one), the draft's layer already computes
 # what the verifier's does; it still starts near zero (the half of its attention that reads token embeddings is
-# random), but within a few dozen steps a real share of the step-0 tokens match, and the later TTT steps trail
+# random), but within a few dozen steps a real share of the first TTT step's tokens match, and the later TTT steps trail
 # behind. The Run N cell below prints where this run's accuracy started and where it got. A loss that falls over the
 # first steps is healthy here; a flat, rising or NaN loss is not. Whether the *wiring* is sound is not shown by this
 # loss but by the overfit check at the end: a draft wired right memorises one conversation.
@@ -163,8 +165,8 @@ stepper.run(run_steps, background=False)
 if stepper.error:
     print("stopped:", stepper.error)
 first, last = session.history[0], session.history[-1]
-print(f"step-0 accuracy: {first['full_acc_0']:.3f} at step {first['step']}, {last['full_acc_0']:.3f} at step "
-      f"{last['step']}")
+print(f"the first TTT step's accuracy (full_acc_0): {first['full_acc_0']:.3f} at training step {first['step']}, "
+      f"{last['full_acc_0']:.3f} at training step {last['step']}")
 plot_metrics(session.history)
 
 # %% [markdown]

@@ -104,8 +104,10 @@ HTML(legend_html(k) + prompt_html(shown, tokenizer))
 # %% [markdown]
 # ## An MT-bench prompt
 #
-# Where notebook 06 served the draft in vLLM, its per-request counters stand beside the simulation: the same rounds
-# and accepted tokens wherever vLLM wrote the same reply (both walk the same tokens with the same draft).
+# Where notebook 06 served the draft in vLLM, its per-request counters stand beside the simulation. The same reply
+# does not make the same count: the reply is the verifier's own greedy one whatever the draft proposes, while each
+# proposal is the draft's top token over the verifier's hidden states, which vLLM computes with its own kernels in a
+# batch; where the draft's two best tokens nearly tie, a proposal flips and a round accepts one token more or less.
 
 # %%
 if named is not None:
@@ -140,7 +142,9 @@ show_widget(viewer.widget)  # a saved notebook shows a line of text; the two rep
 counted = views.views(HELD_OUT, n_class_prompts) + (views.views(named, n_class_prompts) if named else [])
 classes = token_classes.class_table(counted, tokenizer, token_classes.draft_vocab_mask(draft))
 worst = token_classes.worst_line(classes)
-print(f"{len(counted)} prompts ({sum(len(v.fates) for v in counted)} reply tokens). {worst}")
+n_named = len(counted) - len(views.views(HELD_OUT, n_class_prompts))
+print(f"{len(counted)} prompts ({len(counted) - n_named} held-out, {n_named} {named or 'named'}; "
+      f"{sum(len(v.fates) for v in counted)} reply tokens). {worst}")
 classes
 
 # %%

@@ -39,6 +39,14 @@ def test_help_and_a_light_command_do_not_import_torch():
     assert out.split() == ["False", "False"]
 
 
+def test_run_notebooks_help_names_every_preset(capsys):
+    from eagle3kit import presets
+
+    with pytest.raises(SystemExit):
+        build_parser("run-notebooks").parse_args(["run-notebooks", "--help"])
+    assert " | ".join(presets.NAMES) in " ".join(capsys.readouterr().out.split())  # argparse wraps the line
+
+
 def test_python_dash_m_runs_the_same_command():
     out = subprocess.run([sys.executable, "-m", "eagle3kit.cli", "--help"], capture_output=True, text=True, check=True)
     assert "vllm-check" in out.stdout and "install-assets" in out.stdout

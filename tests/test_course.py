@@ -27,7 +27,8 @@ def test_the_conclusion_states_what_the_summary_measured_and_labels_it(tmp_path)
     assert "did not reach τ 1.90" in text or "reached τ 1.90" in text  # the break-even against the lab's minutes
     lab = read_lab()
     for row in lab.frontier:  # what more minutes buy, with the options that run each point
-        assert str(row.tau["held-out"]) in text and course.set_options(row, lab) in text
+        assert str(row.tau["held-out"]) in text
+        assert course.set_options(row, lab) in text or "preset's recipe on this CPU" in text
 
 
 def test_the_headline_is_vllm_with_its_batch_when_vllm_served_the_draft(tmp_path):
@@ -80,7 +81,7 @@ def test_why_names_the_vocab_cap_and_the_gap_between_the_training_and_validation
 
 def test_a_lab_rows_options_carry_its_presets_packs_and_conversations():
     """pack-512's frontier points trained on the full preset's 256 conversations in 512-token packs: the options that
-    rerun them say both (the demo's own packs are the typed default and are not restated)."""
+    rerun them say both (packs equal to the demo's own on this CPU are not restated)."""
     lab = read_lab()
     for row in lab.frontier:
         made = course.recipe_of(row, lab)
@@ -101,3 +102,40 @@ def test_a_break_even_only_round_1_reached_is_said_with_its_host_and_one_neither
     assert "did not reach" in said and "Round 1's frontier, drawn faint in the figure, did reach it" in said
     assert course.BEFORE_HOST in said
     assert "Round 1" not in course.reaches(lab, best_before + 0.1)
+
+
+def test_what_to_change_follows_the_runs_own_diagnosis():
+    """More conversations where the draft memorised, a larger vocab where many reply tokens lie outside it (with the
+    lab's vocab rows as its evidence); neither where the counts do not show it."""
+    lab = read_lab()
+    memorised = {"train_full_acc_0": 0.88, "val_full_acc_0": 0.32, "outside_vocab_share": 0.12}
+    lines = course.levers(memorised, {"samples": 256, "draft_vocab_size": 2048}, lab)
+    assert lines[0].startswith("It memorised") and "`--set n_conversations=512`" in lines[0]
+    assert "12% of held-out reply tokens" in lines[1] and "`--set draft_vocab_size=4096`" in lines[1]
+    assert "`vocab-8192`" in lines[1]  # the lab's row, with its sign, not a promise
+    healthy = {"train_full_acc_0": 0.5, "val_full_acc_0": 0.45, "outside_vocab_share": 0.03}
+    assert course.levers(healthy, {"samples": 256, "draft_vocab_size": 2048}, lab) == []
+    assert course.levers({}, {}, lab) == []
+    said = course.to_change(lab, memorised, {"samples": 256, "draft_vocab_size": 2048})
+    assert said[:2] == lines and any("--preset full" in line for line in said)
+
+
+def test_a_frontier_point_that_is_a_preset_says_so_instead_of_repeating_its_options():
+    lab = read_lab()
+    for row in lab.frontier:
+        line = next(x for x in course.to_change(lab) if x.startswith(f"{row.minutes:.1f} CPU minutes"))
+        preset = next((p for p in ("demo", "full") if course._is_preset(course.set_options(row, lab), p)), None)
+        assert (f"the `{preset}` preset's recipe" in line) if preset else ("--set max_steps=" in line)
+
+
+def test_this_runs_row_and_whether_the_labs_minutes_are_this_cpus():
+    lab = read_lab()
+    table = course.frontier_table(lab, 5.0, 1.57, conversations_here=256, steps=1306, bench_tau=1.3)
+    assert table.splitlines()[-1] == ("| 5.0 (this run, this CPU) | 256 | 1306 | 1.570 (this run's held-out prompts) "
+                                      "| 1.300 (vLLM's counters) |")
+    from eagle3kit.device import native_bf16
+
+    caveat = course.minutes_caveat(lab)
+    same = lab.context["machine"]["native_bf16"] == native_bf16()
+    assert ("are both" in caveat) == same and ("not its minutes" in caveat) == (not same)
+    assert course.minutes_caveat(read_lab().__class__(rows=[])) == ""  # a lab that does not name its CPU

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -41,8 +42,7 @@ def test_notebook_hygiene(path):
             assert not cell.get("outputs") and not cell.get("execution_count"), "commit notebooks without outputs"
     declared = set(papermill.inspect_notebook(str(path)))
     assert "workdir" in declared
-    for preset in presets.NAMES:
-        own = presets.NOTEBOOKS.get(path.name[:2], {}).get(preset, {})
+    for preset, own in presets.NOTEBOOKS.get(path.name[:2], {}).items():  # the presets and their float32 CPU values
         assert set(own) <= declared, f"preset {preset} passes {set(own) - declared} that the notebook does not declare"
 
 
@@ -62,13 +62,35 @@ def test_notebook_matches_its_jupytext_source(path):
 
 
 def test_presets_write_a_typed_default_once():
-    """A preset sets only what differs from DraftSpec / TrainSettings; the runner passes those defaults itself."""
+    """A preset sets only what differs from DraftSpec / TrainSettings; the runner passes those defaults itself. A
+    preset's float32 CPU values restate a default only to undo what the preset itself sets otherwise."""
     defaults = presets.typed_defaults()
     assert defaults["ttt_steps"] == DraftSpec().ttt_steps and defaults["lr"] == TrainSettings().lr
     for number, by_preset in presets.NOTEBOOKS.items():
         for preset, values in by_preset.items():
-            same = {k for k, v in values.items() if k in defaults and defaults[k] == v}
+            base = preset.removesuffix(presets.FLOAT32_CPU)
+            undone = set(presets.parameters(base, number, "")) if base != preset else set()
+            same = {k for k, v in values.items() if k in defaults and defaults[k] == v and k not in undone}
             assert not same, f"presets.NOTEBOOKS[{number!r}][{preset!r}] restates the typed default of {same}"
+            assert base in presets.NAMES, f"{preset!r} is the values of no preset"
+
+
+def test_demo_and_full_take_the_shorter_recipe_on_a_cpu_without_native_bf16():
+    """A float32 CPU takes about twice as long a step: there the demo and full read the lab's shorter points; the
+    runner asks this CPU which (docs/demo.md measures both kinds)."""
+    def steps(preset, suffix):
+        return presets.parameters(preset, "05", suffix)["max_steps"]
+
+    for preset in ("demo", "full"):
+        assert steps(preset, presets.FLOAT32_CPU) < steps(preset, "")
+        fast, slow = (presets.parameters(preset, "04", s)["n_conversations"] for s in ("", presets.FLOAT32_CPU))
+        assert slow < fast
+    assert all(steps("demo", s) < steps("full", s) for s in ("", presets.FLOAT32_CPU))
+    for preset, suffix in itertools.product(("demo", "full"), ("", presets.FLOAT32_CPU)):
+        p05, p06 = presets.parameters(preset, "05", suffix), presets.parameters(preset, "06", suffix)
+        assert p05["first_steps"] + p05["run_steps"] + p06["train_steps"] == p05["max_steps"]  # 05 then 06
+    assert presets.parameters("ci", "05", presets.FLOAT32_CPU) == presets.parameters("ci", "05", "")
+    assert presets.parameters("demo", "05") == presets.parameters("demo", "05", presets.cpu_suffix())
 
 
 def test_the_runner_passes_typed_defaults_then_preset_then_overrides(tmp_path):
@@ -76,9 +98,10 @@ def test_the_runner_passes_typed_defaults_then_preset_then_overrides(tmp_path):
     assert first["ttt_steps"] == DraftSpec().ttt_steps and first["verifier"] == DraftSpec().verifier
     assert first["seed"] == 3 and first["workdir"] == str(tmp_path) and "lr" not in first  # 01 declares no lr
     fifth = notebook_parameters(next(p for p in NOTEBOOKS if p.name.startswith("05")), "demo", {}, tmp_path)
-    assert fifth["max_steps"] == presets.NOTEBOOKS["05"]["demo"]["max_steps"] != TrainSettings().max_steps
+    assert fifth["max_steps"] == presets.parameters("demo", "05")["max_steps"] != TrainSettings().max_steps
     assert fifth["lr"] == TrainSettings().lr  # the preset leaves it to the typed default
-    assert fifth["total_seq_len"] == TrainSettings().total_seq_len
+    assert fifth["total_seq_len"] == presets.parameters("demo", "05").get("total_seq_len",
+                                                                          TrainSettings().total_seq_len)
 
 
 @pytest.fixture(scope="module")

@@ -92,6 +92,26 @@ def test_the_notebooks_speed_rows_pair_each_engine_with_itself():
     assert list(speed_rows(None, no_baseline, 64)["measurement"]) == []  # never beside another kind
 
 
+def test_a_decode_loop_on_fewer_prompts_than_the_set_is_a_check_not_a_tau_or_a_speed():
+    """Notebook 06 runs the decode loop on one of 16 held-out prompts: its τ and speed stay out of the tables that
+    set engines side by side (only its lossless count is shown); on every prompt they are in."""
+    from eagle3kit.evaluate.acceptance import Acceptance, summary_table
+    from eagle3kit.evaluate.vllm.compare import comparison_table
+
+    check = VllmCheck(3, 10, 4, [3, 1, 0], [[1]] * 16, [[1]] * 16, {"draft": 8.0, "plain": 5.0},
+                      {"draft": 123.0, "plain": 186.0}, "0.32.0")
+    one, every = (DecodeRun(3.0, 4, 12, n, n, 1.0, 0.5) for n in (1, 16))
+    assert list(speed_rows(check, one, 64, prompts=16)["measurement"]) == ["vLLM"]
+    assert list(speed_rows(check, every, 64, prompts=16)["measurement"]) == ["vLLM", "decode loop"]
+    sim = Acceptance(3, [1, 0, 2], [1, 0], 5)
+    conts = [[1, 2]] * 16
+    assert "eagle3kit decode loop" not in comparison_table(check, sim, one, conts).columns
+    assert "eagle3kit decode loop" in comparison_table(check, sim, every, conts).columns
+    partial = summary_table({"trained": sim}, {"trained": one}, prompts=16)
+    assert "tau_decode" not in partial.columns and partial.loc[0, "lossless"] == "1/1"
+    assert summary_table({"trained": sim}, {"trained": every}, prompts=16).loc[0, "tau_decode"] == 3.0
+
+
 # ----------------------------------------------------------------------------------------------- the GPU model
 def test_a_forward_pass_by_hand():
     gpu = GPU("test", 80, 100, "hand-made", bandwidth_tbs=1.0)

@@ -161,7 +161,7 @@ def test_targets_outside_the_draft_vocab_are_named_as_a_cap_not_as_where_the_dra
     # 30/40 word starts against 6/10 numbers: the intervals overlap, so no class is named (issue 50: no ordering
     # where the intervals do not separate), each with its interval
     assert line.startswith("Of what the draft can propose, it fails most on word start, number and punctuation "
-                           "tokens, which no count here separates") and "word start 30/40 (" in line
+                           "tokens, whose 95 % intervals overlap") and "word start 30/40 (" in line
     apart = table.copy()
     apart.loc[token_classes.WORD_START, ["targets", "failed"]] = [100, 90]  # 83–94 % against number's 71–87 %
     apart.loc[token_classes.NUMBER, ["targets", "failed"]] = [100, 80]

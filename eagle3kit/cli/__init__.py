@@ -39,12 +39,14 @@ from eagle3kit.cli import (config, data, doctor, evaluate, install_vllm, launch,
                            regenerate, rehearse, train, vllm_check)
 from eagle3kit.cli import preflight as cli_preflight
 from eagle3kit.errors import is_user_error
+from eagle3kit.presets import NAMES as PRESETS
 
 DESCRIPTION = "Build, check, train and hand off EAGLE-3 draft models (speculators) against a real verifier."
 
 
 def run_notebooks_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="demo", help="a named preset of eagle3kit.presets: ci | demo (default: demo)")
+    p.add_argument("--preset", default="demo",
+                   help=f"a named preset of eagle3kit.presets: {' | '.join(PRESETS)} (default: demo)")
     p.add_argument("--out", default="runs/demo", help="output folder for executed notebooks and the summary")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="set a notebook parameter (checked against each notebook's parameters cell)")

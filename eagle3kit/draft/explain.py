@@ -83,7 +83,8 @@ _MEANING = {
     "num_attention_heads": "attention heads of the draft layer",
     "num_key_value_heads": "KV heads (GQA) of the draft layer",
     "head_dim": "per-head width",
-    "intermediate_size": "MLP width (dense verifier: mirrors it; MoE: 3 x hidden)",
+    "intermediate_size": "MLP width: the verifier's own where its config has one (Kimi's dense layers'), else 3 x "
+                         "hidden (speculators' fallback for an MoE config without it)",
     "hidden_act": "MLP activation",
     "max_position_embeddings": "longest position the draft's RoPE covers",
     "rope_parameters": "rotary embedding settings copied from the verifier",

@@ -82,8 +82,9 @@ class Fall:
                f"(`eagle3kit evaluate --bench long-context` takes {FULL_CURVE_PROMPTS} a length)."
                if 0 < self.prompts < FULL_CURVE_PROMPTS else "")
         return (f"{TAU_LABEL} {self.inside:.2f} at {self.inside_at} tokens of context (within the "
-                f"{self.trained_length} the draft was trained at), {self.past:.2f} at {self._past_lengths}: it "
-                f"{verdict} past the training length.{few}")
+                f"{self.trained_length} tokens of the longest conversation it was trained on), {self.past:.2f} at "
+                f"{self._past_lengths}: {'on these prompts ' if few else ''}it {verdict} past the training length."
+                f"{few}")
 
     def line(self, sliding_window: int | None = None) -> str:
         """The doctor's sentence when τ falls (empty otherwise): the two lengths, the two τ, what to change."""

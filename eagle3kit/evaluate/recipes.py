@@ -231,7 +231,8 @@ def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = Non
                               [r.tau[s].high - r.tau[s].mean for r in shown]],
                         fmt=style, capsize=3, alpha=alpha, label=f"best recipe, {s}{suffix}")
     if here is not None:
-        ax.plot([here[0]], [here[1]], "*", markersize=14, color="tab:red", label="this run")
+        ax.plot([here[0]], [here[1]], "*", markersize=14, color="tab:purple",
+                 label="this run (its own held-out prompts, this CPU's minutes)")
     if bar is not None:
         ax.axhline(bar, color="tab:green", ls=":", label=f"τ the planned GPU run needs ({bar:.2f})")
     ax.axhline(1.0, color="grey", lw=0.8)

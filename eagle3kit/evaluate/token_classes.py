@@ -142,8 +142,8 @@ def worst_line(table: pd.DataFrame) -> str:
     below = [c for c in ranked if c not in tied]
     less = f"; it fails less on {', '.join(map(said, below))}" if below else ""
     names = f"{', '.join(tied[:-1])} and {tied[-1]}"
-    return (f"Of what the draft can propose, it fails most on {names} tokens, which no count here "
-            f"separates (95 % intervals: {', '.join(map(said, tied))}){less}; {overall}.{cap}")
+    return (f"Of what the draft can propose, it fails most on {names} tokens, whose 95 % intervals overlap "
+            f"({', '.join(map(said, tied))}){less}; {overall}.{cap}")
 
 
 def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> str:

@@ -150,4 +150,6 @@ def vllm_line(views: Sequence[PromptView]) -> str:
     agree = sum(bool(v.vllm_counts_agree) for v in same)
     return (f"vLLM beside the simulation, {len(ran)} prompts: its output with the draft equals the simulated reply on "
             f"{len(same)}; on those, its per-request counts (rounds by accepted tokens) equal the simulation's on "
-            f"{agree}. Where the outputs differ, the two walked different replies (a floating-point near tie).")
+            f"{agree}. Where the outputs differ, the two walked different replies; where only the counts differ, a "
+            f"draft proposal flipped at a near tie of its two best tokens (vLLM computes the verifier's hidden states "
+            f"with its own kernels, in a batch).")

@@ -21,11 +21,13 @@ def same_as_greedy(check: VllmCheck, continuations: list[list[int]]) -> int:
 
 def comparison_table(check: VllmCheck, simulated: Acceptance, decoded: DecodeRun | None,
                      continuations: list[list[int]]) -> pd.DataFrame:
-    """One row per measure, one column per engine: vLLM (its counters), eagle3kit's decode loop (left out when
-    ``decoded`` is None), eagle3kit's simulation. Both per-position rates count rounds (vLLM's the rounds it ran, the
-    simulation's its decode walk: :meth:`Acceptance.walk_rates`), so each column's rates sum to about its τ − 1.
-    Speed is :func:`speed_rows`'s."""
+    """One row per measure, one column per engine: vLLM (its counters), eagle3kit's decode loop, eagle3kit's
+    simulation. The decode loop is left out when ``decoded`` is None or decoded fewer prompts than ``continuations``
+    (then it is a correctness check, printed apart, not a τ beside these). Both per-position rates count rounds
+    (vLLM's the rounds it ran, the simulation's its decode walk: :meth:`Acceptance.walk_rates`), so each column's
+    rates sum to about its τ − 1. Speed is :func:`speed_rows`'s."""
     n = len(check.outputs_plain)
+    decoded = decoded if decoded is not None and decoded.prompts >= len(continuations) else None
 
     def loop(value) -> list:  # the decode loop's cell, or none when there is no decode-loop column
         return [] if decoded is None else [value(decoded) if callable(value) else value]
@@ -41,10 +43,14 @@ def comparison_table(check: VllmCheck, simulated: Acceptance, decoded: DecodeRun
     return table.map(lambda x: round(x, 3) if isinstance(x, float) else x)
 
 
-def speed_rows(check: VllmCheck | None, decoded: DecodeRun | None, max_new_tokens: int) -> pd.DataFrame:
+def speed_rows(check: VllmCheck | None, decoded: DecodeRun | None, max_new_tokens: int,
+               prompts: int | None = None) -> pd.DataFrame:
     """Tokens/s with the draft beside without it, one row per engine, each pair measured the same way: vLLM on all
     prompts at once (one batch, engines warm); the decode loop one prompt at a time against plain greedy decoding of
-    the same prompts one at a time (interleaved), labelled a correctness tool."""
+    the same prompts one at a time (interleaved), labelled a correctness tool, and only where it decoded all
+    ``prompts`` (None: it did) beside vLLM: on fewer its speed says nothing of the set."""
+    if check is not None and decoded is not None and prompts is not None and decoded.prompts < prompts:
+        decoded = None
     rows = {}
     if check is not None:
         n, engine = check.decoded_together, f"vLLM {check.vllm_version} (CPU build)"
