@@ -47,6 +47,9 @@ def headline(s06: dict) -> list[str]:
                 break
     lines.append(f"Untrained, the same draft scores {_tau(s06.get('tau_untrained'))} (simulated). "
                  f"{s06.get('tau_convention', '')}.")
+    if s06.get("vllm_lossless") is not None:
+        lines.append(f"Lossless: vLLM's output with the draft equals its output without on all "
+                     f"{s06.get('vllm_prompts')} prompts: {s06.get('vllm_lossless')}.")
     lines.append(f"Correctness check, not a τ measurement: the decode loop's output equals plain greedy decoding on "
                  f"{s06.get('decode_prompts_trained')} prompt(s) (lossless: {s06.get('lossless')}).")
     return lines
@@ -229,13 +232,15 @@ def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
     trained_acc, val_acc, n = s06.get("train_full_acc_0"), s06.get("val_full_acc_0"), s04.get("samples")
     if trained_acc is not None and val_acc is not None and trained_acc - val_acc >= MEMORISED_GAP and n:
         out.append(f"It memorised (first guess {trained_acc:.2f} on its training split, {val_acc:.2f} on validation): "
-                   f"more conversations at the same epochs, `--set n_conversations={2 * n}` with twice the steps.")
+                   f"more conversations at the same epochs, `--set n_conversations={2 * n}` with twice the steps "
+                   "(what the `full` preset does; docs/demo.md has what it measured).")
     outside, vocab = s06.get("outside_vocab_share"), s04.get("draft_vocab_size")
     if outside and outside >= OUTSIDE_VOCAB_CAP and vocab:
         said = "; ".join(filter(None, (evidence(lab, r.name) for r in lab.rows if r.name.startswith("vocab-"))))
-        out.append(f"{outside:.0%} of held-out reply tokens lie outside its {vocab}-token vocab: "
-                   f"`--set draft_vocab_size={2 * vocab}` raises that cap, at the price of a larger head to train"
-                   + (f"; measured so far: {said}." if said else "."))
+        out.append(f"{outside:.0%} of held-out reply tokens lie outside its {vocab}-token vocab, a cap that "
+                   f"`--set draft_vocab_size={2 * vocab}` raises; not a lever to expect τ from at this scale, though"
+                   + (f": a larger head trains slower, and the lab measured {said}." if said else ": a larger head "
+                      "trains slower, and no lab row has measured it."))
     return out
 
 
@@ -294,7 +299,8 @@ def conclusion(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
              "CPU scale; a GPU run lands elsewhere):",
              frontier_table(lab, s06.get("minutes_to_make"), s06.get("tau_trained"), conversations_here=s04.get(
                  "samples"), steps=s06.get("train_steps_total"), bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau")),
-             minutes_caveat(lab),
+             "The lab's held-out τ is simulated on its own 64 held-out prompts, this run's on its 16 (a different set: "
+             "compare the MT-bench column, the same 80 turns in both).", minutes_caveat(lab),
              reaches(lab, s06.get("break_even_there")),
              "**What to change.**", "\n".join(f"- {line}" for line in to_change(lab, s06, s04)),
              "**On GPUs.**", "\n".join(f"{i}. {line}" for i, line in enumerate(handoff(workdir, s01, s04, s06), 1))]

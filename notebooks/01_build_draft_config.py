@@ -172,19 +172,21 @@ explain.memory_footprint(kimi_draft, torch.bfloat16)
 from eagle3kit.plan import compare_plans, plan_figure, plan_run
 
 plans = [plan_run(name, samples=plan_samples, gpu=plan_gpu) for name in ("llama-3.1-8b", "qwen3-8b", "kimi-k2.5")]
-display(compare_plans(plans))
+display(compare_plans(plans, headline=True))
 print("\n".join(["Commands for the Llama-3.1-8B run:", *plans[0].commands]))
 
 # %%
 plan_figure(plans)
 
 # %% [markdown]
-# ### Advanced · what the plan assumes
+# ### Advanced · every row of the plan, and what it assumes
 #
-# *Skip on a first read.* Every `assumed` row of the table above rests on one of these; `eagle3kit plan` prints the
-# same list.
+# *Skip on a first read.* The table above is the plan's headline; this one has every part of the memory, the
+# serving model's steps and how each number was obtained (`kind`). Every `assumed` row rests on one of the lines
+# under it; `eagle3kit plan` prints the same.
 
 # %%
+display(compare_plans(plans))
 print("\n".join(plans[0].assumptions))
 
 # %% [markdown]

@@ -83,7 +83,9 @@ print(sees(tiny))
 # ## A packed batch of ShareGPT conversations
 #
 # Lengths are real: conversations from ShareGPT V3 through the verifier's chat template. They are packed whole, in
-# order, until the next one would not fit; the rest is padding, as in speculators' collator.
+# order, until the next one would not fit; the rest is padding, as in speculators' collator. This is a GPU-scale pack of
+# whole ShareGPT conversations; the demo's own training (notebooks 04-05) packs its much shorter samples (a cut user
+# turn and the verifier's short reply) into smaller packs, under the same mask.
 
 # %%
 lengths = sharegpt_lengths(load_tokenizer(verifier), n=n_documents, seed=seed)

@@ -98,6 +98,8 @@ if regenerate_tokens:
     display(pd.Series(vars(regen)).to_frame("value"))
     replies = conv.read_jsonl(source)
     looping = [conv.loops(r) for r in replies]
+    print(f"each sample: the first user turn cut to {regenerate_prompt_tokens} tokens + the verifier's reply of at most "
+          f"{regenerate_tokens} (seq_length {seq_length} only caps a sample; these stay short)")
     print(f"{sum(looping)} of {len(replies)} replies loop (more than {conv.LOOP_SHARE:.0%} of their 4-word runs "
           "repeat an earlier one)")
     for what, loop in (("the first reply that does not loop", False), ("the first that loops", True)):

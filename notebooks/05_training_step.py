@@ -125,7 +125,9 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 # random), but within a few dozen steps a real share of the first TTT step's tokens match, and the later TTT steps trail
 # behind. The Run N cell below prints where this run's accuracy started and where it got. A loss that falls over the
 # first steps is healthy here; a flat, rising or NaN loss is not. Whether the *wiring* is sound is not shown by this
-# loss but by the overfit check at the end: a draft wired right memorises one conversation.
+# loss but by the overfit check at the end: a draft wired right memorises one conversation. The accuracies here are
+# on the training batches; notebook 06 sets the first guess on the validation split beside them (the gap says how
+# much the draft memorised).
 
 # %%
 print(f"warmup: {session.warmup_steps} of {session.total_steps} steps (scheduler {session.settings.scheduler_type})")

@@ -131,10 +131,11 @@ print("greedy:", repr(tokenizer.decode(conts[0])[:300]))
 # ## Untrained draft: τ ≈ 1
 #
 # `tau_simulated` is τ along the rounds a decode loop takes (start after the first token, jump by accepted + 1).
-# `tau_all_starts` averages a round starting at *every* position. `acc_i` is the **conditional** acceptance: the rate
-# at which draft token *i* is accepted *given that the ones before it were*. The untrained draft's decode loop (the
-# correctness check) runs on at most two prompts: `lossless` counts them, and a decode-loop τ (`tau_decode`) appears
-# only where the loop ran on every prompt, since on fewer it is no τ of the set.
+# `tau_all_starts` averages a round starting at *every* position. `acc_i` is the **conditional** acceptance over
+# every start position (as `tau_all_starts`, which the chart's legend gives): the rate at which draft token *i* is
+# accepted *given that the ones before it were*. The untrained draft's decode loop (the correctness check) runs on at
+# most two prompts: `lossless` counts them, and a decode-loop τ (`tau_decode`) appears only where the loop ran on
+# every prompt, since on fewer it is no τ of the set.
 
 # %%
 sim = {"untrained": ev.simulate(verifier_model, untrained, prompts, conts, k, states=states)}

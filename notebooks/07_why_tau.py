@@ -107,7 +107,7 @@ HTML(legend_html(k) + prompt_html(shown, tokenizer))
 # Where notebook 06 served the draft in vLLM, its per-request counters stand beside the simulation. The same reply
 # does not make the same count: the reply is the verifier's own greedy one whatever the draft proposes, while each
 # proposal is the draft's top token over the verifier's hidden states, which vLLM computes with its own kernels in a
-# batch; where the draft's two best tokens nearly tie, a proposal flips and a round accepts one token more or less.
+# batch. The line under the class table below counts where the two differ, and in which direction.
 
 # %%
 if named is not None:

@@ -9,6 +9,7 @@ from eagle3kit.draft.config import build_config, resolve_attention
 from eagle3kit.draft.model import build_model, forward_random
 from eagle3kit.draft.explain import attention_choices, verifier_weights_loaded
 from eagle3kit.plan import compare_plans, plan_run
+from eagle3kit.plan.gpu_plan import HEADLINE_ROWS
 
 
 def test_attention_choices_are_the_auto_rule_on_each_device():
@@ -36,3 +37,7 @@ def test_compare_plans_sets_verifiers_side_by_side_with_their_kind():
     first = plans[0].table().set_index("item")
     assert table["llama-3.1-8b"].equals(first["value"]) and table["kind"].equals(first["kind"])
     assert table.loc["fits", "qwen3-8b"] == plans[1].table().set_index("item").loc["fits", "value"]
+    head = compare_plans(plans, headline=True)  # notebook 01's first table: the rows a first read needs
+    assert head.equals(table.loc[head.index]) and len(head) == len(HEADLINE_ROWS) < len(table)
+    assert {"fits", "largest total_seq_len that fits"} <= set(head.index)
+    assert any(item.startswith("break-even") for item in head.index)

@@ -267,11 +267,12 @@ def plot_acceptance(results: dict[str, Acceptance]):
     for n, (name, acc) in enumerate(results.items()):
         rates = acc.rates()
         xs = rates["position"] + (n - (len(results) - 1) / 2) * width
-        ax.bar(xs, rates["conditional"], width, label=f"{name} (τ={acc.tau:.2f})", edgecolor="black", linewidth=0.6)
+        ax.bar(xs, rates["conditional"], width, label=f"{name} (τ over every start {acc.tau_all_starts:.2f})",
+               edgecolor="black", linewidth=0.6)
         for x, r in zip(xs, rates["conditional"], strict=True):
             ax.text(x, (0 if np.isnan(r) else r) + 0.02, rate_label(r), ha="center", va="bottom", fontsize=7)
     ax.set_xlabel("draft position")
-    ax.set_ylabel("acceptance rate (given earlier ones accepted)")
+    ax.set_ylabel("acceptance rate over every start\n(given earlier ones accepted)")
     ax.set_ylim(0, 1)
     k = max(a.k for a in results.values())
     ax.set_xticks(range(1, k + 1))

@@ -51,7 +51,7 @@ def plot_context_curve(table: pd.DataFrame, trained_length: int | None = None, s
     ax.set_xlabel("context length, tokens (prompts)")
     ax.set_ylabel(TAU_LABEL)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside the data, not on it
     return fig
 
 

@@ -148,8 +148,12 @@ def vllm_line(views: Sequence[PromptView]) -> str:
         return ""
     same = [v for v in ran if v.vllm_same_output]
     agree = sum(bool(v.vllm_counts_agree) for v in same)
+    apart = [v for v in same if not v.vllm_counts_agree]
+    higher = sum(v.vllm_tau > v.tau for v in apart)
+    direction = (f" Where only the counts differ, vLLM's τ is the higher on {higher} of {len(apart)}: its drafter "
+                 "reads the verifier's hidden states as vLLM computes them (its own kernels, in a batch), and a gap "
+                 "in one direction is more than near ties going either way; its cause is not traced here." if apart
+                 else "")
     return (f"vLLM beside the simulation, {len(ran)} prompts: its output with the draft equals the simulated reply on "
             f"{len(same)}; on those, its per-request counts (rounds by accepted tokens) equal the simulation's on "
-            f"{agree}. Where the outputs differ, the two walked different replies; where only the counts differ, a "
-            f"draft proposal flipped at a near tie of its two best tokens (vLLM computes the verifier's hidden states "
-            f"with its own kernels, in a batch).")
+            f"{agree}. Where the outputs differ, the two walked different replies.{direction}")

@@ -129,12 +129,18 @@ def holders(weight_bytes: float, gpu: GPU) -> int:
     return max(1, math.ceil(weight_bytes / gpu.usable_bytes))
 
 
-def compare_plans(plans: list[Plan]) -> pd.DataFrame:
-    """Several plans side by side: one column per verifier, rows by item, with the first plan's ``kind`` of each."""
+# the rows a first read needs (the starts of their items): disk, memory per rank and whether it fits, hours, break-even
+HEADLINE_ROWS = ("total (hidden states", "total at total_seq_len", "fits", "largest total_seq_len", "data generation",
+                 "training ", "GPUs the verifier is served on", "break-even")
+
+
+def compare_plans(plans: list[Plan], headline: bool = False) -> pd.DataFrame:
+    """Several plans side by side: one column per verifier, rows by item, with the first plan's ``kind`` of each;
+    ``headline``: only :data:`HEADLINE_ROWS`."""
     first = plans[0].table().set_index("item")
     table = pd.DataFrame({p.verifier: p.table().set_index("item")["value"] for p in plans})
     table.insert(0, "kind", first["kind"])
-    return table
+    return table[[item.startswith(HEADLINE_ROWS) for item in table.index]] if headline else table
 
 
 def _bytes(n: float) -> str:
