@@ -203,11 +203,11 @@ def reaches(lab: Lab, tau: float | None, on: str = "held-out") -> str:
                 "minutes.")
     before = sorted((r for r in lab.frontier_before if on in r.tau), key=lambda r: r.minutes)
     old = next((r for r in before if r.tau[on].mean >= tau), None)
-    then = (f" Round 1's frontier, drawn faint in the figure, did reach it at {old.minutes:.0f} minutes "
+    then = (f" The lab's first round, drawn faint in the figure, did reach it at {old.minutes:.0f} minutes "
             f"(τ {old.tau[on].mean:.2f}), on {BEFORE_HOST}, so the two are not one curve." if old else "")
     return (f"Within the lab's {rows[-1].minutes:.0f} CPU minutes the best recipe did not reach τ {tau:.2f}, where the "
             f"planned GPU run pays (it reached {rows[-1].tau[on].mean:.2f}); longer budgets were not measured with "
-            f"this round's step.{then}")
+            f"the current training step.{then}")
 
 
 def preset_changes(preset: str = "full", base: str = "demo") -> dict[str, dict[str, object]]:

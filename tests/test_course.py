@@ -99,9 +99,9 @@ def test_a_break_even_only_round_1_reached_is_said_with_its_host_and_one_neither
     between = (best_before + best_now) / 2  # reached by round 1's frontier only (the faint points in 06's figure)
     assert best_now < between < best_before
     said = course.reaches(lab, between)
-    assert "did not reach" in said and "Round 1's frontier, drawn faint in the figure, did reach it" in said
+    assert "did not reach" in said and "The lab's first round, drawn faint in the figure, did reach it" in said
     assert course.BEFORE_HOST in said
-    assert "Round 1" not in course.reaches(lab, best_before + 0.1)
+    assert "first round" not in course.reaches(lab, best_before + 0.1)
 
 
 def test_what_to_change_follows_the_runs_own_diagnosis():

@@ -28,6 +28,18 @@ def test_speed_ratios_are_relative_to_eager_at_one_length():
     assert list(ratios.columns) == ["forward (x eager)", "forward+backward (x eager)"]
 
 
+def test_a_ratio_whose_median_carries_flex_attentions_compile_says_so():
+    """A flex cell whose repeats lie far apart (its first call compiled) is named beside its ratio; a steady table
+    gets no such column."""
+    from eagle3kit.doctor.probe.recommend import FIRST_CALL
+
+    timed = matrix().assign(spread=0.0, resolved=lambda m: m.backend)
+    assert FIRST_CALL not in speed_ratios(timed).columns
+    timed.loc[(timed.backend == "simple_flex_attention") & (timed["mode"] == "forward"), "spread"] = 5.0
+    flagged = speed_ratios(timed)
+    assert flagged.loc["simple_flex_attention", FIRST_CALL] == "forward" and flagged.loc["sdpa", FIRST_CALL] == ""
+
+
 def training_race(eager: tuple[float, float], sdpa: tuple[float, float]) -> pd.DataFrame:
     """Two training cells that ran and matched eager: (median seconds, repeats' spread) each."""
     rows = [("eager", "forward+backward", 128, "ok", *eager, 0.0, 1.0),

@@ -24,8 +24,10 @@ from eagle3kit.evaluate.acceptance import Acceptance
 
 # How τ is labelled wherever eagle3kit prints or draws it (the bonus token counted, as above).
 TAU_LABEL = "τ (bonus token counted)"
-TAU_CONVENTION = ("τ = accepted draft tokens + 1 bonus token per round, as vLLM's mean acceptance length and the "
-                  "EAGLE papers count it; SpecForge's simulated acceptance length leaves the bonus out (= τ − 1)")
+TAU_CONVENTION = ("τ = accepted draft tokens + 1 token of the verifier's own per round (its correction of the first "
+                  "rejected draft token, or the bonus token after all k were accepted), as vLLM's mean acceptance "
+                  "length and the EAGLE papers count it; SpecForge's simulated acceptance length leaves that token "
+                  "out (= τ − 1)")
 
 
 def tau_from_conditional(conditional: list[float]) -> float:

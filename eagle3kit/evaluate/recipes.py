@@ -27,8 +27,9 @@ SUMMARY = Path(__file__).with_name("recipe_lab.json")
 REFERENCE = "base"  # the row every Δ is taken against, at each budget
 SETS = ("mt-bench", "held-out")
 # what ``frontier_before`` is: round 1's frontier, made on another host with another recipe and the dense step
-BEFORE_HOST = "an AVX512-BF16 host about 2x faster, with the dense step and its own recipe"
-BEFORE_LABEL = "round 1: dense step, its own recipe, an AVX512-BF16 host about 2x faster"
+BEFORE_HOST = ("a CPU with native bf16 (about 2x faster a step), with the older dense training step and its "
+               "own recipe")
+BEFORE_LABEL = "the lab's first round: older step, own recipe, a CPU with native bf16"
 
 
 @dataclass(frozen=True)

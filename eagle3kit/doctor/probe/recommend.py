@@ -178,11 +178,20 @@ def setting_configs(config) -> dict[str, object]:
 
 def speed_ratios(matrix: pd.DataFrame, seq_len: int | None = None) -> pd.DataFrame:
     """Median seconds of each backend that ran (at ``seq_len``, default the matrix's first), relative to eager, per
-    mode: how close the race behind :func:`recommend` is."""
+    mode: how close the race behind :func:`recommend` is; where a median carries a first call's cost
+    (:func:`warm_ups`, e.g. flex attention's compile), a last column names those modes, so the ratio is not read as
+    the kernel's speed."""
     n = matrix.seq_len.iloc[0] if seq_len is None else seq_len
     ran = matrix[(matrix.status == "ok") & (matrix.seq_len == n) & (matrix.backend != "unset")]
     speed = ran.pivot(index="backend", columns="mode", values="seconds")
-    return (speed / speed.loc["eager"]).round(2).rename(columns=lambda m: f"{m} (x eager)")
+    ratios = (speed / speed.loc["eager"]).round(2).rename(columns=lambda m: f"{m} (x eager)")
+    slow = [matrix.loc[i] for i in warm_ups(matrix) if i in ran.index]
+    if slow:
+        ratios[FIRST_CALL] = [", ".join(r["mode"] for r in slow if r.backend == b) for b in ratios.index]
+    return ratios
+
+
+FIRST_CALL = "median carries a first call (compile or warm-up) in"
 
 
 def recommendation_lines(recommended: dict[str, str | None], device: str,
