@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from eagle3kit import presets
-from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow, evidence, read_lab
+from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow, read_lab
 from eagle3kit.plan.commands import torchrun_command
 from eagle3kit.runner import read_summary
 
@@ -236,11 +236,13 @@ def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
                    "(what the `full` preset does; docs/demo.md has what it measured).")
     outside, vocab = s06.get("outside_vocab_share"), s04.get("draft_vocab_size")
     if outside and outside >= OUTSIDE_VOCAB_CAP and vocab:
-        said = "; ".join(filter(None, (evidence(lab, r.name) for r in lab.rows if r.name.startswith("vocab-"))))
+        rows = [r for r in lab.rows if r.name.startswith("vocab-") and "held-out" in r.delta]
+        said = ", ".join(f"`{r.name}` {r.delta['held-out'].mean:+.3f}" for r in rows)
         out.append(f"{outside:.0%} of held-out reply tokens lie outside its {vocab}-token vocab, a cap that "
-                   f"`--set draft_vocab_size={2 * vocab}` raises; not a lever to expect τ from at this scale, though"
-                   + (f": a larger head trains slower, and the lab measured {said}." if said else ": a larger head "
-                      "trains slower, and no lab row has measured it."))
+                   f"`--set draft_vocab_size={2 * vocab}` would raise; at this scale do not expect τ from it: a larger "
+                   "head trains slower" + (f", and the recipe lab measured held-out τ {said} against its base at "
+                                           f"{rows[0].budget:g} CPU minutes (bench/results/recipe.md)." if rows else
+                                           ", and no lab row has measured it."))
     return out
 
 

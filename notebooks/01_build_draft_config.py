@@ -175,6 +175,12 @@ plans = [plan_run(name, samples=plan_samples, gpu=plan_gpu) for name in ("llama-
 display(compare_plans(plans, headline=True))
 print("\n".join(["Commands for the Llama-3.1-8B run:", *plans[0].commands]))
 
+# %% [markdown]
+# The last row, the **break-even τ**, is where the course ends: a draft speeds up serving only when τ (tokens the
+# verifier commits per round of speculation) is above it, because a round costs one verifier step over k + 1 tokens
+# plus k draft steps, while plain decoding commits one token per verifier step. Notebook 06 sets the trained draft's τ
+# against it.
+
 # %%
 plan_figure(plans)
 

@@ -335,4 +335,5 @@ record_summary(workdir, "05", steps=session.global_step, loss=round(last["loss"]
 # %% [markdown]
 # **What you have now:** a checkpoint (`checkpoint_05/`), an exported draft, speculators' YAML with its `torchrun`
 # command, and three proofs that the run is sound (resume, rehearsal, overfit). **What to do next:** notebook 06
-# trains a little more and gives the verdict: τ.
+# resumes this session for its own `train_steps` more (in the demo, the second half of `max_steps`) and gives the
+# verdict: τ.

@@ -135,7 +135,9 @@ print("greedy:", repr(tokenizer.decode(conts[0])[:300]))
 # every start position (as `tau_all_starts`, which the chart's legend gives): the rate at which draft token *i* is
 # accepted *given that the ones before it were*. The untrained draft's decode loop (the correctness check) runs on at
 # most two prompts: `lossless` counts them, and a decode-loop τ (`tau_decode`) appears only where the loop ran on
-# every prompt, since on fewer it is no τ of the set.
+# every prompt, since on fewer it is no τ of the set. Three τ of one draft appear below: `tau_simulated` (rounds
+# along the decode walk, what an engine runs), `tau_all_starts` (a round from every position, the chart's legend: a
+# different way of counting, not another measurement) and, further down, vLLM's: the headline, which the first checks.
 
 # %%
 sim = {"untrained": ev.simulate(verifier_model, untrained, prompts, conts, k, states=states)}

@@ -112,7 +112,7 @@ def test_what_to_change_follows_the_runs_own_diagnosis():
     lines = course.levers(memorised, {"samples": 256, "draft_vocab_size": 2048}, lab)
     assert lines[0].startswith("It memorised") and "`--set n_conversations=512`" in lines[0]
     assert "12% of held-out reply tokens" in lines[1] and "`--set draft_vocab_size=4096`" in lines[1]
-    assert "`vocab-8192`" in lines[1]  # the lab's row, with its sign, not a promise
+    assert "`vocab-8192` -0.048" in lines[1] and "do not expect τ from it" in lines[1]  # the lab's row, its sign
     healthy = {"train_full_acc_0": 0.5, "val_full_acc_0": 0.45, "outside_vocab_share": 0.03}
     assert course.levers(healthy, {"samples": 256, "draft_vocab_size": 2048}, lab) == []
     assert course.levers({}, {}, lab) == []
