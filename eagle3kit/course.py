@@ -173,9 +173,10 @@ def minutes_caveat(lab: Lab) -> str:
             f"this run with the lab by its conversations and steps, not its minutes.")
 
 
-def set_options(row: LabRow, lab: Lab) -> str:
-    """The ``--set`` options that make the demo run a lab row's recipe: its conversations and its steps, split
-    between notebook 05 (``first_steps`` + ``run_steps``) and notebook 06 (``train_steps``) as the demo splits them."""
+def row_options(row: LabRow, lab: Lab) -> dict[str, object]:
+    """The notebook parameters that make the demo run a lab row's recipe: its conversations and its steps, split
+    between notebook 05 (``first_steps`` + ``run_steps``) and notebook 06 (``train_steps``) as the demo splits them;
+    its packs only where they differ from the demo's."""
     first = int(presets.parameters("demo", "05").get(FIRST_STEPS_KEY, 1))
     in_05 = row.steps // 2
     packs = recipe_of(row, lab).get("total_seq_len") or _default_packs()
@@ -183,7 +184,12 @@ def set_options(row: LabRow, lab: Lab) -> str:
                RUN_STEPS_KEY: max(1, in_05 - first), TRAIN_STEPS_KEY: row.steps - in_05,
                "total_seq_len": packs if packs != presets.parameters("demo", "05").get("total_seq_len",
                                                                                      _default_packs()) else None}
-    return " ".join(f"--set {k}={v}" for k, v in options.items() if v is not None)
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def set_options(row: LabRow, lab: Lab) -> str:
+    """:func:`row_options` as ``--set`` options."""
+    return " ".join(f"--set {k}={v}" for k, v in row_options(row, lab).items())
 
 
 def _default_packs() -> int:
@@ -255,18 +261,17 @@ def to_change(lab: Lab, s06: dict | None = None, s04: dict | None = None) -> lis
     lines.append("`eagle3kit run-notebooks --preset demo` runs the demo; `--preset full` "
                  + (f"changes {said}." if said else "currently sets the demo's values."))
     for r in sorted(lab.frontier, key=lambda r: r.minutes):
-        same = next((name for name in ("demo", "full") if _is_preset(set_options(r, lab), name)), None)
+        same = next((name for name in ("demo", "full") if _is_preset(row_options(r, lab), name)), None)
         lines.append(f"{r.minutes:.1f} CPU minutes ({r.what}): " + (
             f"the `{same}` preset's recipe on this CPU" if same else
             f"`eagle3kit run-notebooks --preset demo {set_options(r, lab)}`"))
     return lines
 
 
-def _is_preset(options: str, preset: str) -> bool:
-    """Whether ``--set`` ``options`` (on top of the demo) give ``preset``'s values on this CPU."""
-    values = dict(item.split("=", 1) for item in options.replace("--set ", "").split())
-    mine = {k: v for nn in presets.NOTEBOOKS for k, v in presets.parameters(preset, nn).items() if k in values}
-    return set(mine) == set(values) and all(str(v) == values[k] for k, v in mine.items())
+def _is_preset(options: dict[str, object], preset: str) -> bool:
+    """Whether ``options`` (on top of the demo) give ``preset``'s values on this CPU."""
+    mine = {k: v for nn in presets.NOTEBOOKS for k, v in presets.parameters(preset, nn).items() if k in options}
+    return mine == options
 
 
 def handoff(workdir: str | os.PathLike, s01: dict, s04: dict, s06: dict, n_gpus: int = 8) -> list[str]:

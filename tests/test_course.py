@@ -124,7 +124,7 @@ def test_a_frontier_point_that_is_a_preset_says_so_instead_of_repeating_its_opti
     lab = read_lab()
     for row in lab.frontier:
         line = next(x for x in course.to_change(lab) if x.startswith(f"{row.minutes:.1f} CPU minutes"))
-        preset = next((p for p in ("demo", "full") if course._is_preset(course.set_options(row, lab), p)), None)
+        preset = next((p for p in ("demo", "full") if course._is_preset(course.row_options(row, lab), p)), None)
         assert (f"the `{preset}` preset's recipe" in line) if preset else ("--set max_steps=" in line)
 
 
