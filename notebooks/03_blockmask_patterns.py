@@ -19,20 +19,6 @@
 # **Headline.** The draft is trained on several conversations packed into one row and on its own earlier guesses
 # (TTT steps), and one attention mask keeps all of that apart. This notebook draws that mask, built by speculators'
 # own functions, from an 8-token example up to the full length, and checks that every backend gets the same one.
-#
-# During training, the draft sees a **packed** batch: several conversations back to back, padded with document id `-1`
-# up to `total_seq_len`. speculators' `Eagle3DraftModel` builds its attention mask from three rules:
-#
-# * **causal ∧ same document**: query *q* sees key *k ≤ q* of its own document (and, with a sliding window, only the
-#   last `window` of them); padding queries see no document;
-# * **diagonal**: `k mod total_seq_len == q`, so every query (padding included) sees itself;
-# * **one block of keys per TTT step**: at step *s* the draft attends to its own earlier predictions, so the key axis
-#   grows by `total_seq_len` per step and the new block holds only the diagonal.
-#
-# Under flex attention the mask is a `BlockMask` (128×128 blocks: empty, full, or partial = evaluate the `mask_mod`).
-# Its `to_dense()` is block-level and `to_string()` a coarse grid, so this notebook looks at the real thing: the mask
-# built **by speculators' own functions** (`create_combined_mask_mod`, `extend_mask_for_draft_tokens`, torch's
-# `create_block_mask`; `create_mask` / `create_float_mask` for sdpa / eager), at token, block and TTT-step level.
 
 # %% tags=["parameters"]
 # Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
@@ -78,6 +64,24 @@ workdir = setup(workdir, seed=seed)
 tiny = tiny_mask()
 display(plot_tiny(tiny))
 print(sees(tiny))
+
+# %% [markdown]
+# What the picture shows, as the three rules speculators' `Eagle3DraftModel` builds its mask from. During training the
+# draft sees a **packed** batch: several conversations back to back, padded with document id `-1` up to
+# `total_seq_len`.
+#
+# * **causal ∧ same document**: query *q* sees key *k ≤ q* of its own document (and, with a sliding window, only the
+#   last `window` of them); padding queries see no document;
+# * **diagonal**: `k mod total_seq_len == q`, so every query (padding included) sees itself;
+# * **one block of keys per TTT step**: at step *s* the draft attends to its own earlier guesses, so the key axis
+#   grows by `total_seq_len` per step. The new block holds only the diagonal because at serving time position *q*'s
+#   guess at step *s* continues *q*'s own chain of guesses: the guesses made at other positions belong to other
+#   continuations (later positions' even to the future), so they are hidden.
+#
+# Under flex attention the mask is a `BlockMask` (128×128 blocks: empty, full, or partial = evaluate the `mask_mod`).
+# Its `to_dense()` is block-level and `to_string()` a coarse grid, so this notebook looks at the real thing: the mask
+# built **by speculators' own functions** (`create_combined_mask_mod`, `extend_mask_for_draft_tokens`, torch's
+# `create_block_mask`; `create_mask` / `create_float_mask` for sdpa / eager), at token, block and TTT-step level.
 
 # %% [markdown]
 # ## A packed batch of ShareGPT conversations

@@ -28,6 +28,11 @@
 # Steps: ShareGPT conversations (optionally with the verifier's own replies) →
 # chat template + assistant loss mask → verifier hidden states →
 # `hidden_states/hs_{i}.safetensors` + Arrow dataset + `token_freq.pt` → draft vocab mapping `d2t`/`t2d`.
+#
+# One training sample here is short: the first user turn of a ShareGPT conversation, cut to
+# `regenerate_prompt_tokens` tokens, and the verifier's own greedy reply of at most `regenerate_tokens` tokens (the
+# loss is on the reply), so a few hundred tokens at most; `seq_length` only caps a sample. That is the longest context
+# this demo's draft ever trains on, which notebook 07 comes back to.
 
 # %% tags=["parameters"]
 # Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
@@ -46,7 +51,6 @@ workdir = "../runs/interactive/work"
 
 # %%
 # %matplotlib inline
-import json
 import time
 
 import pandas as pd
@@ -57,7 +61,7 @@ from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.loader import held_out_conversations, held_out_coverage, make_loader
 from eagle3kit.data.directory import DataDir, DataError
-from eagle3kit.data.targets import verify_targets
+from eagle3kit.data.targets import describe_targets, verify_targets
 from eagle3kit.data import plots as data_plots
 from eagle3kit.data.loss_mask_plot import plot_loss_mask, window_start
 from eagle3kit.data import vocab
@@ -162,7 +166,7 @@ plot_loss_mask(tokenizer, sample.input_ids, sample.loss_mask, max_tokens=250)
 
 # %%
 check = verify_targets(data_dir, n_samples=2, draft_vocab_size=dvs)
-print(json.dumps(check, indent=2))
+print(describe_targets(check))
 assert check["ok"], "the stored last state does not reproduce the verifier's logits"
 
 # %% [markdown]
@@ -180,8 +184,10 @@ data_plots.plot_hidden_state_norms(data_dir, sample=0)
 # A draft that predicts over a smaller vocabulary is cheaper (its `lm_head` is the largest matrix). `t2d`/`d2t` come
 # from speculators' `build_vocab_mappings_from_distribution` and are saved as `d2t-{N}.npy` / `t2d-{N}.npy`, where
 # `speculators train --draft-vocab-size N` finds them. A small dataset has few distinct tokens, so coverage of its own
-# replies reaches 1 early; the held-out replies show what that vocabulary misses on text it was not counted on (a
-# ceiling on τ that notebook 07 counts again). Real runs count the vocabulary on far more data.
+# replies climbs fast with N (the curve below); the held-out replies show what that vocabulary misses on text it was
+# not counted on: a ceiling on τ, counted here over every token of the held-out replies (notebook 06 says the same
+# share for its held-out prompts; notebook 07 counts it per prompt set and among the tokens the draft was asked for,
+# so its shares differ by set). Real runs count the vocabulary on far more data.
 
 # %%
 freq = vocab.load_token_freq(data_dir)

@@ -24,8 +24,9 @@
 # `step()`, exactly as one iteration of speculators' `Trainer` would on one GPU: same batches (`ArrowDataset` +
 # multipack sampler + `CollateFn`), same forward and loss, `clip_grad_norm_(1.0)`, AdamW and a linear warmup/decay
 # schedule. Each step reports the loss (speculators' distillation loss against the verifier, **summed over the TTT
-# steps**: the `loss` column holds all of them), the **full accuracy** (draft token = verifier token) and the
-# **conditional accuracy** (the same, among positions whose earlier TTT steps were right) for every TTT step.
+# steps**: the `loss` column holds all of them), the **full accuracy** `full_acc_i` (the share of positions whose
+# draft tokens at TTT steps 0 … i all equal the verifier's top token: cumulative) and the **conditional accuracy**
+# (step *i* right, among positions whose earlier TTT steps were right) for every TTT step.
 #
 # Then: run N steps with live plots, checkpoint and resume bit for bit, export the draft in speculators' format, and
 # hand the very same run to `speculators train` on N GPUs.
@@ -66,7 +67,9 @@ from eagle3kit.logs import quiet
 from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, setup, training_data
 from eagle3kit.runner import record_summary
 from eagle3kit.train import launch
+from eagle3kit.train.anatomy import open_step
 from eagle3kit.train.checkpoint import CheckpointError, resume_matches, saved_step
+from eagle3kit.train.live_tau import trajectory
 from eagle3kit.train.overfit import overfit, plot_overfit
 from eagle3kit.train.plots import plot_metrics, plot_step
 from eagle3kit.train.session import TrainingDiverged, TrainSession, step_columns
@@ -116,7 +119,7 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 #
 # **What to expect at this scale.** The draft is one decoder layer trained on notebook 04's few hundred
 # conversations (tens of thousands of tokens; notebook 04 printed the count); a real draft sees hundreds of millions.
-# So the loss falls but stays high. How far the accuracy (draft token = verifier token)
+# So the loss falls but stays high. How far the accuracy (the draft's token = the verifier's top token)
 # gets depends on how the draft starts. From speculators' random init (`warm_start_layer = None`) the accuracy of the
 # first TTT step (`full_acc_0`, the draft's first guess)
 # starts near zero and climbs slowly at this scale: the draft has to learn what the verifier already knows.
@@ -131,10 +134,33 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 
 # %%
 print(f"warmup: {session.warmup_steps} of {session.total_steps} steps (scheduler {session.settings.scheduler_type})")
-for _ in range(first_steps):
-    record = session.step()
-display(session.history_frame()[step_columns(session.ttt_steps)].set_index("step").round(4))
+for _ in range(first_steps - 1):
+    session.step()
+opened = open_step(session)  # the last of these steps, with hooks on the draft's modules (below)
+record = opened.record
+table = session.history_frame()[step_columns(session.ttt_steps)].set_index("step")
+display(table.style.format({"lr": "{:.2e}", "loss": "{:.3f}", "grad_norm": "{:.3f}", "seconds": "{:.2f}"}
+                           | {f"full_acc_{k}": "{:.3f}" for k in range(session.ttt_steps)}))
 plot_step(record)
+
+# %% [markdown]
+# ## One step, opened up
+#
+# What that last step computed, call by call: forward hooks on the draft's own modules recorded each call's input and
+# output shapes (batch × positions × features) while `step()` ran; nothing is recomputed. Once per step, `fc` turns
+# the verifier's aux hidden states (three layers, concatenated) into one hidden vector a position, and the verifier's
+# own head turns its stored last state into the **targets**: its next-token distribution at every position. Then,
+# once per TTT step *s*: each position reads the token *s* places ahead (`embed_tokens`, teacher forcing: the
+# verifier's own next tokens stand in for the draft's guesses), the decoder layer reads [embedding, hidden state]
+# under the mask of notebook 03 (at step *s* > 0 its hidden state is its own output from step *s* − 1: that is the
+# test-time training), and `lm_head` gives the draft's logits on the rows that carry loss. Step *s*'s logits at
+# position *i* are trained toward the verifier's distribution at position *i* + *s*: the loss is one KL divergence a
+# TTT step, added up. Rows that reach no loss are dropped as the steps go on (eagle3kit's block-sparse CPU step), so
+# the row counts shrink.
+
+# %%
+display(opened.calls)
+print(opened.losses(session.ttt_steps))
 
 # %% [markdown]
 # ## The next batch and its mask
@@ -163,12 +189,16 @@ if tau_every:
     print("live:", session.track_tau(tau_every).describe())
 stepper = TrainingStepper(session, n=run_steps)
 show_widget(stepper.widget)  # a saved notebook shows a line of text; the figure below is the run's
+t0 = time.perf_counter()
 stepper.run(run_steps, background=False)
 if stepper.error:
     print("stopped:", stepper.error)
+print(f"{run_steps} steps in {time.perf_counter() - t0:.0f} s")
 first, last = session.history[0], session.history[-1]
 print(f"the first TTT step's accuracy (full_acc_0): {first['full_acc_0']:.3f} at training step {first['step']}, "
       f"{last['full_acc_0']:.3f} at training step {last['step']}")
+if trajectory(session.history):
+    print(trajectory(session.history))
 plot_metrics(session.history)
 
 # %% [markdown]

@@ -44,7 +44,7 @@ train_steps = 20            # steps trained in this notebook (on top of notebook
 tau_every = 10              # every this many steps, τ simulated as in notebook 05 (its prompts; 0: never)
 lr = 1e-3                   # only for a session started here
 warm_start_layer = None     # only for a session started here (see notebook 05)
-total_seq_len = 1024        # only for a session started here
+total_seq_len = 512         # only for a session started here
 n_prompts = 4               # held-out prompts for τ
 n_decode_prompts = 0        # of those, how many the trained draft's real decode loop runs (batch 1, slow); 0: all
 max_new_tokens = 48         # greedy continuation length per prompt
@@ -81,6 +81,7 @@ from eagle3kit.evaluate.vllm.gate import check_in_vllm
 from eagle3kit.notebook import CHECKPOINT_06, DRAFT_06, SCORED_06, continue_or_start, minutes_to_make, setup
 from eagle3kit.plan import serving_speed
 from eagle3kit.runner import record_summary
+from eagle3kit.train.live_tau import trajectory
 from eagle3kit.train.plots import plot_metrics
 from eagle3kit.train.validation import split_metrics
 from eagle3kit.verifier import load_model, load_tokenizer
@@ -164,6 +165,8 @@ train_seconds = time.perf_counter() - t0
 steps_05 = first_step
 print(f"{train_steps} steps in {train_seconds:.0f}s ({train_seconds / max(1, train_steps):.1f} s/step); "
       f"{session.global_step} steps in total")
+if trajectory(session.history):
+    print(trajectory(session.history))
 session.model.eval()
 plot_metrics(session.history)
 
@@ -232,8 +235,9 @@ print(f"the reloaded draft decodes prompt 0 with the output of plain greedy deco
 # The export is what vLLM reads. With `vllm_check`, vLLM's CPU build (its own environment, `.venv-vllm`, made once by
 # `make vllm`) generates greedily from the held-out prompts (token ids) and, in the same run, from the named
 # benchmark's prompts, twice: with the draft and without it. That proves three things: vLLM loads what eagle3kit
-# exported; it measures the same τ with its own spec-decode counters (close, not always equal: its kernels round
-# differently, so a near tie can go the other way); and the draft leaves the output unchanged (`lossless`). Both
+# exported; it measures the same τ with its own spec-decode counters (close, not equal: vLLM counts a reply's last
+# round past the reply's end, so its τ reads a little higher on short replies, and its kernels round differently, so
+# a near tie can go the other way; notebook 07 counts both); and the draft leaves the output unchanged (`lossless`). Both
 # columns' per-position rows are shares of rounds (vLLM's the rounds it ran, the simulation's its decode walk), so
 # each column's rows add up to its τ − 1. The last line is the command that serves the draft on this CPU.
 
@@ -276,7 +280,8 @@ else:
 #
 # Each row sets tokens/s with the draft beside tokens/s without it **measured the same way**: the same prompts, the
 # same engine, the same batch, warm. vLLM decodes every prompt of its run (the held-out ones and the named set's)
-# together, both engines built before the clock starts; the `batch` column says how many.
+# together, both engines built before the clock starts; the `batch` column says how many. Then each engine decodes
+# the first few prompts again one at a time (batch 1, as one chat user is served), still warm.
 # eagle3kit's decode loop is a correctness tool (it proves the output unchanged, one prompt at a time): it gets a row
 # only where it ran on every held-out prompt, and then beside plain greedy decoding of the same prompts one at a time,
 # never beside vLLM or a batched run.
@@ -333,13 +338,15 @@ if cpu is not None:
 # %%
 data_minutes, train_minutes = minutes_to_make(workdir, session.history)
 run_minutes = data_minutes + train_minutes
-print(f"this run: {run_minutes:.1f} CPU minutes to make the draft "
-      f"({data_minutes:.1f} data, {train_minutes:.1f} training), τ {sim['trained'].tau:.3f}")
+held_tau = summary.overall(held_records)  # as the lab states τ: the mean over prompts, with its interval
+print(f"this run: {run_minutes:.1f} CPU minutes to make the draft ({data_minutes:.1f} data, {train_minutes:.1f} "
+      f"training), τ {held_tau['tau']:.3f} [{held_tau['low']:.3f}, {held_tau['high']:.3f}] on its {len(prompts)} "
+      "held-out prompts (the mean over prompts, as the lab states it)")
 lab = recipes.read_lab()
 print("\n".join(filter(None, [recipes.strongest_lever(lab), recipes.frontier_line(lab.frontier),
                              minutes_caveat(lab)])))
 if lab.frontier:
-    display(recipes.plot_frontier(lab.frontier, here=(run_minutes, sim["trained"].tau), bar=there.break_even,
+    display(recipes.plot_frontier(lab.frontier, here=(run_minutes, held_tau["tau"]), bar=there.break_even,
                                   before=lab.frontier_before, before_label=recipes.BEFORE_LABEL))
 
 # %%
@@ -357,6 +364,7 @@ save_states(states, workdir / SCORED_06, verifier_model.name_or_path)  # and the
 record_summary(workdir, "06", **summary.summary_numbers(sim, real, gate, named), k=k, train_steps_06=train_steps,
                train_steps_total=session.global_step, train_seconds_06=round(train_seconds),
                minutes_to_make=round(run_minutes, 1), export=str(out), held_out_prompts=len(prompts),
+               held_out_sim=held_tau,
                plan_verifier=plan_verifier, plan_gpu=plan_gpu, serve_batch=serve_batch,
                speedup_predicted_there=round(there.speedup, 3), break_even_there=round(there.break_even, 2),
                acceptance_there=[round(a, 3) for a in acceptance], acceptance_from=tau_from, closing=speed_line,

@@ -60,7 +60,7 @@ from eagle3kit.evaluate import context_curve, long_context, token_classes
 from eagle3kit.evaluate.benchmarks import HELD_OUT
 from eagle3kit.evaluate.conventions import TAU_CONVENTION
 from eagle3kit.evaluate.fates import same_counts
-from eagle3kit.evaluate.token_page import comparison_table, legend_html, prompt_html, vllm_line
+from eagle3kit.evaluate.token_page import comparison_table, legend_html, one_round_more, prompt_html, vllm_line
 from eagle3kit.evaluate.token_viewer import SetViews, TokenViewer
 from eagle3kit.figures import show_widget
 from eagle3kit.notebook import scored_by_06, setup
@@ -105,9 +105,11 @@ HTML(legend_html(k) + prompt_html(shown, tokenizer))
 # ## An MT-bench prompt
 #
 # Where notebook 06 served the draft in vLLM, its per-request counters stand beside the simulation. The same reply
-# does not make the same count: the reply is the verifier's own greedy one whatever the draft proposes, while each
-# proposal is the draft's top token over the verifier's hidden states, which vLLM computes with its own kernels in a
-# batch. The line under the class table below counts where the two differ, and in which direction.
+# need not make the same count, for two reasons. vLLM counts a round's accepted draft tokens before it cuts the output
+# at the token limit, so a reply's last round can count tokens past its end; and each proposal is the draft's top
+# token over the verifier's hidden states, which vLLM computes with its own kernels in a batch (a near tie can go
+# the other way). The line under the class table below counts where the two differ, and how many the first reason
+# explains.
 
 # %%
 if named is not None:
@@ -145,6 +147,11 @@ worst = token_classes.worst_line(classes)
 n_named = len(counted) - len(views.views(HELD_OUT, n_class_prompts))
 print(f"{len(counted)} prompts ({len(counted) - n_named} held-out, {n_named} {named or 'named'}; "
       f"{sum(len(v.fates) for v in counted)} reply tokens). {worst}")
+per_set = token_classes.outside_by_set({HELD_OUT: counted[:len(counted) - n_named],
+                                        **({named: counted[len(counted) - n_named:]} if n_named else {})},
+                                       token_classes.draft_vocab_mask(draft))
+if per_set:
+    print(per_set)
 classes
 
 # %%
@@ -160,8 +167,10 @@ else:
 line = vllm_line(views.computed())
 if line:
     print(line)
-    differing = comparison_table(views.computed(), only_differing=True)
-    display(differing if len(differing) else "on every prompt both agree")
+    # the prompts the last round does not explain (the line above counts the rest)
+    odd = [v for v in views.computed() if not (v.vllm_same_output and one_round_more(v))]
+    differing = comparison_table(odd, only_differing=True)
+    display(differing if len(differing) else "every difference is the last round's, as the line above says")
 else:
     print("skipped: notebook 06 did not serve the draft in vLLM (vllm_check = False), so there are no per-request "
           "counts to set beside")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from eagle3kit import course, presets
+import json
+from pathlib import Path
+
+from eagle3kit import course, next_run, presets
 from eagle3kit.evaluate.recipes import read_lab
 from eagle3kit.runner import record_summary
+
+RAW = Path(__file__).resolve().parents[1] / "bench" / "results" / "recipe.json"
 
 SIMULATED = {"k": 3, "tau_trained": 1.117, "tau_untrained": 1.004, "held_out_prompts": 4, "tau_vllm": None,
              "tau_convention": "τ = accepted + 1", "decode_prompts_trained": 1, "lossless": True,
@@ -28,7 +33,7 @@ def test_the_conclusion_states_what_the_summary_measured_and_labels_it(tmp_path)
     lab = read_lab()
     for row in lab.frontier:  # what more minutes buy, with the options that run each point
         assert str(row.tau["held-out"]) in text
-        assert course.set_options(row, lab) in text or "preset's recipe on this CPU" in text
+        assert next_run.set_options(row, lab) in text or "preset's recipe on this CPU" in text
 
 
 def test_the_headline_is_vllm_with_its_batch_when_vllm_served_the_draft(tmp_path):
@@ -51,15 +56,19 @@ def test_the_verdict_says_serve_only_where_every_speedup_is_above_one():
     assert course.verdict(mixed) == f"Verdict: this draft speeds decoding {there} but slows it {here}."
     assert course.verdict(SIMULATED).startswith(f"Verdict: this draft slows decoding {there}; do not")
     assert "no speed" in course.verdict({**SIMULATED, "speedup_predicted_there": None})
+    batch_one = {**mixed, "tokens_per_s_vllm_alone": {"draft": 30.0, "plain": 25.0}, "vllm_alone_prompts": 4}
+    assert course.verdict(batch_one) == course.verdict(mixed)  # 4 prompts at batch 1: said in buys, not a verdict
+    assert "One prompt at a time (batch 1, 4 prompts: a first look, no interval): 30 tokens/s with the draft, 25 " \
+           "without (1.20x)." in course.buys(batch_one)[0]
 
 
 def test_the_options_split_a_lab_rows_steps_between_notebooks_05_and_06():
     lab = read_lab()
     row = max(lab.frontier, key=lambda r: r.minutes)
-    options = dict(o.split("=") for o in course.set_options(row, lab).replace("--set ", "").split())
+    options = dict(o.split("=") for o in next_run.set_options(row, lab).replace("--set ", "").split())
     first = presets.parameters("demo", "05")["first_steps"]
     assert int(options["max_steps"]) == row.steps == first + int(options["run_steps"]) + int(options["train_steps"])
-    assert int(options["n_conversations"]) == course.conversations(row, lab)
+    assert int(options["n_conversations"]) == next_run.conversations(row, lab)
 
 
 def test_why_names_the_vocab_cap_and_the_gap_between_the_training_and_validation_splits(tmp_path):
@@ -72,7 +81,7 @@ def test_why_names_the_vocab_cap_and_the_gap_between_the_training_and_validation
     assert "28% of the held-out replies' tokens lie outside the draft's vocabulary" in text
     assert "right 0.78 of the time on its 115 training conversations and 0.52 on the 13 it never trained on" in text
     assert "learnt its training replies better than the language" in text
-    close = course.why({**counted, "val_full_acc_0": 0.78 - course.MEMORISED_GAP / 2})
+    close = course.why({**counted, "val_full_acc_0": 0.78 - next_run.MEMORISED_GAP / 2})
     assert "no memorising shows" in close and "better than the language" not in close
     plain = course.why(SIMULATED)
     assert "outside the draft's vocabulary" not in plain and "training conversations" not in plain
@@ -80,28 +89,33 @@ def test_why_names_the_vocab_cap_and_the_gap_between_the_training_and_validation
 
 
 def test_a_lab_rows_options_carry_its_presets_packs_and_conversations():
-    """pack-512's frontier points trained on the full preset's 256 conversations in 512-token packs: the options that
-    rerun them say both (packs equal to the demo's own on this CPU are not restated)."""
+    """pack-512's frontier points trained on their own conversations (the frontier scales them with its minutes) in
+    512-token packs: the options that rerun them say both (packs equal to the demo's own on this CPU are not
+    restated)."""
     lab = read_lab()
     for row in lab.frontier:
-        made = course.recipe_of(row, lab)
-        options = course.set_options(row, lab)
-        assert f"--set n_conversations={made['n_conversations']}" in options
+        made = next_run.recipe_of(row, lab)
+        options = next_run.set_options(row, lab)
+        assert f"--set n_conversations={next_run.conversations(row, lab)}" in options
         packs = made["total_seq_len"]
         assert (f"--set total_seq_len={packs}" in options) == (packs != presets.parameters("demo", "05").get(
-            "total_seq_len", course._default_packs()))
+            "total_seq_len", next_run._default_packs()))
 
 
 def test_a_break_even_only_round_1_reached_is_said_with_its_host_and_one_neither_reached_without():
+    import dataclasses
+
     lab = read_lab()
     best_before = max(r.tau["held-out"].mean for r in lab.frontier_before)
+    # the measured points below round 1's best (the new frontier may pass it at its longest budget)
+    lab = dataclasses.replace(lab, frontier=[r for r in lab.frontier if r.tau["held-out"].mean < best_before])
     best_now = max(r.tau["held-out"].mean for r in lab.frontier)
     between = (best_before + best_now) / 2  # reached by round 1's frontier only (the faint points in 06's figure)
     assert best_now < between < best_before
-    said = course.reaches(lab, between)
+    said = next_run.reaches(lab, between)
     assert "did not reach" in said and "The lab's first round, drawn faint in the figure, did reach it" in said
-    assert course.BEFORE_HOST in said
-    assert "first round" not in course.reaches(lab, best_before + 0.1)
+    assert next_run.BEFORE_HOST in said
+    assert "first round" not in next_run.reaches(lab, best_before + 0.1)
 
 
 def test_what_to_change_follows_the_runs_own_diagnosis():
@@ -109,33 +123,42 @@ def test_what_to_change_follows_the_runs_own_diagnosis():
     lab's vocab rows as its evidence); neither where the counts do not show it."""
     lab = read_lab()
     memorised = {"train_full_acc_0": 0.88, "val_full_acc_0": 0.32, "outside_vocab_share": 0.12}
-    lines = course.levers(memorised, {"samples": 256, "draft_vocab_size": 2048}, lab)
+    lines = next_run.levers(memorised, {"samples": 256, "draft_vocab_size": 2048}, lab)
     assert lines[0].startswith("It memorised") and "`--set n_conversations=512`" in lines[0]
     assert "12% of held-out reply tokens" in lines[1] and "`--set draft_vocab_size=4096`" in lines[1]
     assert "`vocab-8192` -0.048" in lines[1] and "do not expect τ from it" in lines[1]  # the lab's row, its sign
     healthy = {"train_full_acc_0": 0.5, "val_full_acc_0": 0.45, "outside_vocab_share": 0.03}
-    assert course.levers(healthy, {"samples": 256, "draft_vocab_size": 2048}, lab) == []
-    assert course.levers({}, {}, lab) == []
-    said = course.to_change(lab, memorised, {"samples": 256, "draft_vocab_size": 2048})
+    assert next_run.levers(healthy, {"samples": 256, "draft_vocab_size": 2048}, lab) == []
+    assert next_run.levers({}, {}, lab) == []
+    said = next_run.to_change(lab, memorised, {"samples": 256, "draft_vocab_size": 2048})
     assert said[:2] == lines and any("--preset full" in line for line in said)
 
 
 def test_a_frontier_point_that_is_a_preset_says_so_instead_of_repeating_its_options():
     lab = read_lab()
     for row in lab.frontier:
-        line = next(x for x in course.to_change(lab) if x.startswith(f"{row.minutes:.1f} CPU minutes"))
-        preset = next((p for p in ("demo", "full") if course._is_preset(course.row_options(row, lab), p)), None)
+        line = next(x for x in next_run.to_change(lab) if x.startswith(f"{row.minutes:.1f} CPU minutes"))
+        preset = next((p for p in ("demo", "full") if next_run._is_preset(next_run.row_options(row, lab), p)), None)
         assert (f"the `{preset}` preset's recipe" in line) if preset else ("--set max_steps=" in line)
+
+
+def test_the_lab_and_this_run_name_their_own_held_out_counts():
+    lab = read_lab()
+    n = max(r.prompts["held-out"] for r in lab.frontier)
+    assert n == max(len(r["records"]["held-out"]) for r in json.loads(RAW.read_text())["frontier"])
+    assert next_run.prompt_sets(lab, 64).startswith(f"The lab's held-out τ is simulated on its own {n} prompts, this "
+                                                      "run's on its 64 (a different set")
 
 
 def test_this_runs_row_and_whether_the_labs_minutes_are_this_cpus():
     lab = read_lab()
-    table = course.frontier_table(lab, 5.0, 1.57, conversations_here=256, steps=1306, bench_tau=1.3)
-    assert table.splitlines()[-1] == ("| 5.0 (this run, this CPU) | 256 | 1306 | 1.570 (this run's held-out prompts) "
-                                      "| 1.300 (vLLM's counters) |")
+    here = {"tau": 1.57, "low": 1.5, "high": 1.64, "pooled": 1.55}
+    table = next_run.frontier_table(lab, 5.0, here, conversations_here=256, steps=1306, bench_tau=1.3)
+    assert table.splitlines()[-1] == ("| 5.0 (this run, this CPU) | 256 | 1306 | 1.570 [1.500, 1.640] (this run's "
+                                      "held-out prompts) | 1.300 (vLLM's counters) |")
     from eagle3kit.device import native_bf16
 
-    caveat = course.minutes_caveat(lab)
-    same = lab.context["machine"]["native_bf16"] == native_bf16()
+    caveat = next_run.minutes_caveat(lab)
+    same = lab.frontier_machine["native_bf16"] == native_bf16()
     assert ("are both" in caveat) == same and ("not its minutes" in caveat) == (not same)
-    assert course.minutes_caveat(read_lab().__class__(rows=[])) == ""  # a lab that does not name its CPU
+    assert next_run.minutes_caveat(read_lab().__class__(rows=[])) == ""  # a lab that does not name its CPU

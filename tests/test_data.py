@@ -33,7 +33,7 @@ from eagle3kit.errors import UserError
 from eagle3kit.data.directory import MANIFEST, DataDir, DataError, Manifest
 from eagle3kit.data.loader import held_out_conversations, held_out_prompts, make_loader
 from eagle3kit.data.plots import plot_batch
-from eagle3kit.data.targets import verify_targets
+from eagle3kit.data.targets import describe_targets, verify_targets
 from eagle3kit.data.vocab import load_mapping
 from eagle3kit.verifier import load_tokenizer
 
@@ -127,6 +127,9 @@ def test_targets_check_passes(built):
     result = verify_targets(out, n_samples=1, draft_vocab_size=256)
     assert result["ok"], result
     assert result["argmax_agree"] == 1.0 and result["max_abs_diff"] < result["tolerance"]
+    said = describe_targets(result)
+    assert said.startswith("The stored last state reproduces the verifier's logits: the same top token on 100.0% of")
+    assert "does NOT" in describe_targets({**result, "ok": False})
 
 
 def test_loss_mask_decodes_to_assistant_text(tiny_verifier):

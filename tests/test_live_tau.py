@@ -86,3 +86,13 @@ def test_train_keeps_the_checkpoint_with_the_best_tau(tiny_data, tmp_path, capsy
 def test_keep_best_tau_needs_a_measurement_and_a_place(tiny_data, capsys, argv):
     code = main(["train", "--data", str(tiny_data), "--steps", "1", *argv])
     assert code == 2 and "--keep-best-tau" in capsys.readouterr().err
+
+
+def test_the_trajectory_says_where_live_tau_started_peaked_and_ended():
+    from eagle3kit.train.live_tau import trajectory
+
+    history = [{"step": s, TAU: t, TAU_PROMPTS: 4} for s, t in ((10, 1.05), (20, 1.40), (30, 1.31))] + [{"step": 31}]
+    said = trajectory(history)
+    assert said.startswith("live τ: 1.050 at step 10, 1.310 at step 30 (highest 1.400 at step 20, 0.090 above the last")
+    assert "measured on 4 held-out prompts, a rough guide" in said
+    assert "its highest" in trajectory(history[:2]) and trajectory(history[:1]) is None

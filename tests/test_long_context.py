@@ -110,6 +110,11 @@ def test_the_fall_is_named_with_both_lengths_and_silent_when_tau_holds():
     holding = context_curve.curve_table(_records({"256": [2.0, 2.1], "1k": [1.9, 2.0], "2k": [1.9, 1.8]}))
     assert not context_curve.fall(holding, 1024).falls and context_curve.fall(holding, 1024).line() == ""
     assert context_curve.fall(holding, 4096) is None  # nothing measured past the training length
+    noisy = context_curve.fall(context_curve.curve_table(_records({"1k": [1.2, 2.4], "2k": [1.0, 1.6]})), 1024)
+    assert noisy.drops and not noisy.separated and not noisy.falls and noisy.line(sliding_window=2048) == ""
+    assert "within the noise (the intervals on the two sides overlap)" in noisy.describe()
+    single = context_curve.fall(context_curve.curve_table(_records({"1k": [2.0], "2k": [1.1]})), 1024)
+    assert single.drops and not single.falls  # one prompt a length: no interval, no verdict of a fall
     fig = context_curve.plot_context_curve(falling, 1024, 2048)
     assert isinstance(fig, Figure)
     assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} >= {"trained on 1024 tokens",

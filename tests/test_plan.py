@@ -7,7 +7,7 @@ import pytest
 
 from eagle3kit.cli import main
 from eagle3kit.errors import UserError
-from eagle3kit.plan import plan_figure, plan_run, published_checks
+from eagle3kit.plan import gpu_plan, plan_figure, plan_run, published_checks
 from eagle3kit.plan.gpus import resolve_gpu
 from eagle3kit.plan.memory import loss_bytes
 from eagle3kit.plan.published_costs import EAGLE_BYTES, TOLERANCE, eagle_bytes
@@ -44,12 +44,14 @@ def test_plan_for_each_preset_has_every_part():
 
 def test_a_verifier_that_needs_many_gpus_is_served_on_them_and_not_said_to_fit_one():
     kimi, llama = (plan_run(v, samples=1000, tokens_per_sample=512) for v in ("kimi-k2.5", "llama-3.1-8b"))
-    assert kimi.verifier_holders > 1 and kimi.speed.tp == kimi.verifier_holders
+    assert kimi.verifier_holders > 1 and kimi.speed.tp == gpu_plan.tensor_parallel(kimi.verifier_holders)
+    assert kimi.speed.tp & (kimi.speed.tp - 1) == 0 and kimi.speed.tp >= kimi.verifier_holders  # a real TP degree
+    assert [gpu_plan.tensor_parallel(n) for n in (1, 2, 3, 8, 29)] == [1, 2, 4, 8, 32]
     assert llama.verifier_holders == 1 and llama.speed.tp == 1
     served, data = "GPUs the verifier is served on (split tensor parallel)", "data generation (`eagle3kit data`"
     for p in (kimi, llama):
         rows = p.table().set_index("item")["value"]
-        assert rows[served] == f"{p.verifier_holders} x H100-80GB"
+        assert rows[served] == f"{p.speed.tp} x H100-80GB"
         on_one = next(v for item, v in rows.items() if item.startswith(data))
         assert ("not on one device" in on_one) == (p is kimi)
     assert plan_run("kimi-k2.5", samples=1000, serve_gpus=32).speed.tp == 32

@@ -73,6 +73,20 @@ def test_each_preset_is_the_recipe_the_lab_chose(preset):
             assert train[key] == value, key
 
 
+def test_a_preset_chosen_from_the_frontier_is_that_recipe_on_the_frontiers_kind_of_cpu():
+    """bench/recipe.py --keep-rows --full NAME@MINUTES records the frontier point a preset takes, for the kind of CPU
+    the frontier ran on: the preset's values for that kind are that point's."""
+    chosen = LAB.context.get("frontier_presets", {})
+    if not chosen:
+        pytest.skip("no preset was chosen from the frontier")
+    suffix = "" if LAB.frontier_machine["native_bf16"] else presets.FLOAT32_CPU
+    for preset, view in chosen.items():
+        data, train = ({**presets.typed_defaults(), **presets.parameters(preset, nn, suffix)} for nn in ("04", "05"))
+        assert {k: data[k] for k in view["data"]} == view["data"], preset
+        assert {k: train[k] for k in view["train"] if k != "hidden_states_dtype"} == {
+            k: v for k, v in view["train"].items() if k != "hidden_states_dtype"}, preset
+
+
 def _row(name: str, lever: str, budget: float, accepted: tuple[int, ...]) -> recipes.LabRow:
     scores = [PromptScore(str(i), "held-out", 10, a) for i, a in enumerate(accepted)]
     raw = {"name": name, "lever": lever, "what": f"{name}'s change", "budget": budget, "steps": 10, "epochs": 1.0,

@@ -10,7 +10,7 @@ import pytest
 from eagle3kit.cli import main
 from eagle3kit.evaluate import round_speed
 from eagle3kit.evaluate.acceptance import DecodeRun
-from eagle3kit.evaluate.vllm.compare import DECODE_LOOP, speed_rows
+from eagle3kit.evaluate.vllm.compare import ALONE_ROW, DECODE_LOOP, speed_rows
 from eagle3kit.evaluate.vllm.serve import VllmCheck
 from eagle3kit.plan import serving_speed
 from eagle3kit.plan.gpus import GPU
@@ -90,6 +90,15 @@ def test_the_notebooks_speed_rows_pair_each_engine_with_itself():
     assert list(table["tokens/s without it"]) == [186.0, 40.0]  # the loop beside plain greedy one at a time
     no_baseline = DecodeRun(1.3, 40, 60, 4, 4, 3.0)
     assert list(speed_rows(None, no_baseline, 64)["measurement"]) == []  # never beside another kind
+    # the first prompts again one at a time, on the same warm engines: a batch-1 row beside the batch's
+    check.alone = {"draft": {"prompts": 4, "tokens": 256, "seconds": 4.0}, "plain": {"prompts": 4, "tokens": 256,
+                                                                                  "seconds": 3.2}}
+    table = speed_rows(check, loop, 64)
+    assert list(table["measurement"]) == ["vLLM", ALONE_ROW, "decode loop"] and list(table["batch"]) == [16, 1, 1]
+    assert table.loc[1, "tokens/s with the draft"] == 64.0 and table.loc[1, "speedup"] == 0.8
+    assert check.summary()["tokens_per_s_alone_draft"] == 64.0
+    check.alone = {"draft": check.alone["draft"]}  # one run's timing alone: no row (never beside another kind)
+    assert ALONE_ROW not in list(speed_rows(check, loop, 64)["measurement"]) and check.tokens_per_s_alone is None
 
 
 def test_a_decode_loop_on_fewer_prompts_than_the_set_is_a_check_not_a_tau_or_a_speed():

@@ -23,7 +23,7 @@ from eagle3kit.evaluate import acceptance as ev
 from eagle3kit.evaluate import fates, scores, token_classes
 from eagle3kit.evaluate.benchmarks import held_out_set, load_set, render
 from eagle3kit.evaluate.export import reload
-from eagle3kit.evaluate.token_page import comparison_table, page, prompt_html, vllm_line
+from eagle3kit.evaluate.token_page import comparison_table, one_round_more, page, prompt_html, vllm_line
 from eagle3kit.evaluate.token_viewer import TokenViewer
 from eagle3kit.evaluate.verifier_states import load_states, save_states
 from eagle3kit.masks.eagle_mask import round_up_to_block
@@ -148,6 +148,14 @@ def test_the_vllm_comparison_shows_only_the_prompts_that_differ_and_counts_the_r
     assert "equals the simulated reply on 2; on those, its per-request counts (rounds by accepted tokens) equal the " \
            "simulation's on 1" in vllm_line(views)
     assert comparison_table(views[:1], only_differing=True).empty and vllm_line(views[3:]) == ""
+    # vLLM counts the last round's accepted tokens before it cuts the output: one round with more accepted (or one
+    # round more) is that end effect; one round with fewer accepted (the "other counts" view) is not
+    end = view("last round", reply, [0, 0, 0, 4])
+    assert one_round_more(end) and one_round_more(view("a round more", reply, [0, 1, 0, 4]))
+    assert not one_round_more(views[1]) and not one_round_more(view("two rounds", reply, [0, 0, 0, 5]))
+    said = vllm_line([views[0], views[1], end])
+    assert "vLLM's τ is the higher on 1 of 2. On 1 of them one round explains it" in said
+    assert f"(τ higher by {end.vllm_tau - end.tau:.3f} on average there)" in said and "The other 1 are not" in said
 
 
 def test_targets_outside_the_draft_vocab_are_named_as_a_cap_not_as_where_the_draft_fails_most():
@@ -167,7 +175,8 @@ def test_targets_outside_the_draft_vocab_are_named_as_a_cap_not_as_where_the_dra
     apart.loc[token_classes.NUMBER, ["targets", "failed"]] = [100, 80]
     apart["failure rate"] = apart["failed"] / apart["targets"]
     said = token_classes.worst_line(apart)
-    assert "fails most on word start and number tokens" in said and "fails less on punctuation 10/20" in said
+    assert "fails most on word start and number tokens" in said and "on punctuation 10/20" in said
+    assert "it fails less than on word start tokens" in said
     assert "25 of the 100 targets (25%) lie outside the draft vocab" in line
     clear = table.copy()
     clear.loc[token_classes.WORD_START, ["targets", "failed"]] = [400, 360]  # 90 % of 400 against 6/10 and 10/20
@@ -321,3 +330,15 @@ def test_hover_names_what_the_draft_proposed_instead(tiny_verifier):
     html = prompt_html(view, tok)
     corrected = re.findall(r'data-kind="corrected" title="([^"]*)"', html)
     assert corrected and repr(tok.decode([1000])).replace("'", "&#x27;") in corrected[0]
+
+
+def test_the_outside_vocab_share_is_said_per_set_and_not_for_a_full_vocab_draft():
+    def view(tokens: list[int]) -> fates.PromptView:
+        return fates.PromptView("p", "c", [], [fates.Fate(t, fates.ACCEPTED, 1, round=0) for t in tokens], 3)
+
+    inside = torch.tensor([True, True, False, False])  # tokens 2 and 3 lie outside the draft vocab
+    said = token_classes.outside_by_set({"held-out": [view([0, 1, 2, 3])], "mt-bench": [view([0, 1]), view([2, 0])]},
+                                        inside)
+    assert said == ("Reply tokens outside the draft vocab, per set: held-out 50% of 4 reply tokens (1 prompts); "
+                    "mt-bench 25% of 4 reply tokens (2 prompts).")
+    assert token_classes.outside_by_set({"held-out": [view([0, 1])]}, None) is None

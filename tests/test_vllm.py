@@ -162,7 +162,9 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, smollm2_data, tmp_pat
     assert cpu.tau == pytest.approx(check.tau) and cpu.predicted > 0 and cpu.predicted_tokens_per_s > 0
     assert all(len(check.load[r]) == 2 for r in ("draft", "plain"))
     rows = vllm_compare.speed_rows(check, loop, NEW_TOKENS)
-    assert list(rows["batch"]) == [len(prompts), 1]  # vLLM beside vLLM, the decode loop beside greedy one at a time
+    assert list(rows["batch"]) == [len(prompts), 1, 1]  # vLLM beside vLLM (its batch, then batch 1), the decode loop
+    assert check.alone["draft"]["prompts"] == check.alone["plain"]["prompts"] == serve.ALONE  # beside greedy alone
+    assert all(check.alone[r]["tokens"] > 0 for r in ("draft", "plain"))
     print(cpu.table().to_string())
     print(rows.to_string())
 

@@ -100,3 +100,16 @@ def verify_targets(data_dir: str | os.PathLike, verifier=None, n_samples: int = 
             "max_abs_diff": worst, "tolerance": tol, "tokens": total, "samples": len(files),
             "stored_dtype": str(stored),
             "if_normed_twice": {"argmax_agree": agree_twice / total, "max_abs_diff": worst_twice}}
+
+
+def describe_targets(check: dict) -> str:
+    """:func:`verify_targets`' result in two sentences: what matched, and what normed-twice states would have given."""
+    twice = check["if_normed_twice"]
+    verdict = "reproduces" if check["ok"] else "does NOT reproduce"
+    return (f"The stored last state {verdict} the verifier's logits: the same top token on "
+            f"{check['argmax_agree']:.1%} of {check['tokens']} tokens ({check['near_ties']} differ"
+            f"{', each a near-tie' if check['ok'] else ''}), "
+            f"largest logit difference {check['max_abs_diff']:.2f} (tolerance {check['tolerance']:g} for "
+            f"{check['stored_dtype'].removeprefix('torch.')} storage). Normed twice, as transformers' "
+            f"`hidden_states[-1]` would be, the top token would agree on {twice['argmax_agree']:.1%} and the logits "
+            f"differ by up to {twice['max_abs_diff']:.1f}.")

@@ -65,10 +65,24 @@ class Fall:
     past: float  # mean over the prompts of every length measured past it
     past_at: tuple[int, int]  # the shortest and longest of those lengths
     prompts: int = 0  # the fewest prompts any of those lengths held (0: not counted)
+    inside_low: float = float("nan")  # the 95 % interval's low end at ``inside_at`` (nan: not given)
+    past_high: float = float("nan")  # the highest high end of the intervals past the training length
+
+    @property
+    def drops(self) -> bool:
+        """τ past the training length keeps less than :data:`FALL_SHARE` of its gain and loses :data:`MIN_DROP`."""
+        return self.past - 1 < FALL_SHARE * (self.inside - 1) and self.inside - self.past >= MIN_DROP
+
+    @property
+    def separated(self) -> bool:
+        """The intervals on the two sides do not overlap, touching at most (one prompt a length has no interval:
+        never separated)."""
+        return self.prompts != 1 and not self.inside_low < self.past_high  # nan (not given) compares False
 
     @property
     def falls(self) -> bool:
-        return self.past - 1 < FALL_SHARE * (self.inside - 1) and self.inside - self.past >= MIN_DROP
+        """A drop that the prompts' intervals tell from noise: what the doctor's advice fires on."""
+        return self.drops and self.separated
 
     @property
     def _past_lengths(self) -> str:
@@ -77,7 +91,8 @@ class Fall:
 
     def describe(self) -> str:
         """Both numbers, whether or not τ falls."""
-        verdict = "falls" if self.falls else "holds"
+        verdict = ("falls" if self.falls else "holds" if not self.drops else
+                   "is lower, but within the noise (the intervals on the two sides overlap), so no fall is claimed")
         few = (f" With {self.prompts} prompt(s) a length this is a first look, not a measurement with an interval "
                f"(`eagle3kit evaluate --bench long-context` takes {FULL_CURVE_PROMPTS} a length)."
                if 0 < self.prompts < FULL_CURVE_PROMPTS else "")
@@ -111,4 +126,5 @@ def fall(table: pd.DataFrame, trained_length: int) -> Fall | None:
     tau = float((past["tau"] * past["prompts"]).sum() / past["prompts"].sum())
     return Fall(trained_length, float(a["tau"]), int(a["tokens"]), tau,
                 (int(past["tokens"].iloc[0]), int(past["tokens"].iloc[-1])),
-                int(min(a["prompts"], past["prompts"].min())))
+                int(min(a["prompts"], past["prompts"].min())),
+                float(a.get("low", np.nan)), float(past["high"].max()) if "high" in past else float("nan"))

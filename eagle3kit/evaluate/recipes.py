@@ -26,9 +26,8 @@ from eagle3kit.evaluate.scores import PromptScore, interval, summarise
 SUMMARY = Path(__file__).with_name("recipe_lab.json")
 REFERENCE = "base"  # the row every Δ is taken against, at each budget
 SETS = ("mt-bench", "held-out")
-# what ``frontier_before`` is: round 1's frontier, made on another host with another recipe and the dense step
-BEFORE_HOST = ("a CPU with native bf16 (about 2x faster a step), with the older dense training step and its "
-               "own recipe")
+# what ``frontier_before`` is: round 1's frontier, made with another recipe and the dense step
+BEFORE_HOST = "a CPU with native bf16, with the older dense training step and its own recipe"
 BEFORE_LABEL = "the lab's first round: older step, own recipe, a CPU with native bf16"
 
 
@@ -62,6 +61,7 @@ class LabRow:
     train_measured: float = float("nan")  # the training's wall minutes as measured (more when the machine was busy)
     budget: float | None = None
     delta: dict[str, Tau] = field(default_factory=dict)
+    prompts: dict[str, int] = field(default_factory=dict)  # set -> prompts scored
     per_prompt: dict = field(default_factory=dict, compare=False)  # set -> {prompt id: τ} (raw results only)
 
     @property
@@ -79,7 +79,8 @@ class LabRow:
             per_prompt[name] = {x.id: x.tau for x in scored if x.rounds}
         minutes = r["minutes"]  # training: the steps at the calibrated seconds a step (what the budget counts)
         return cls(r["name"], r["lever"], r["what"], minutes["data"], minutes.get("train_planned", minutes["train"]),
-                   r["steps"], r["epochs"], taus, minutes["train"], r.get("budget"), per_prompt=per_prompt)
+                   r["steps"], r["epochs"], taus, minutes["train"], r.get("budget"),
+                   prompts={name: len(records) for name, records in r["records"].items()}, per_prompt=per_prompt)
 
     def with_delta(self, ref: LabRow | None) -> LabRow:
         """This row with its paired Δ against ``ref`` on every set both scored."""
@@ -93,14 +94,15 @@ class LabRow:
                 "data_minutes": round(self.data_minutes, 2), "train_minutes": round(self.train_minutes, 2),
                 "train_measured": round(self.train_measured, 2), "steps": self.steps, "epochs": self.epochs,
                 "tau": {s: [round(t.mean, 4), round(t.low, 4), round(t.high, 4)] for s, t in self.tau.items()},
-                "delta": {s: [round(t.mean, 4), round(t.low, 4), round(t.high, 4)] for s, t in self.delta.items()}}
+                "delta": {s: [round(t.mean, 4), round(t.low, 4), round(t.high, 4)] for s, t in self.delta.items()},
+                "prompts": self.prompts}
 
     @classmethod
     def from_summary(cls, d: dict) -> LabRow:
         taus = {s: Tau(*v) for s, v in d["tau"].items()}
         return cls(d["name"], d["lever"], d["what"], d["data_minutes"], d["train_minutes"], d["steps"], d["epochs"],
                    taus, d.get("train_measured", float("nan")), d.get("budget"),
-                   {s: Tau(*v) for s, v in d.get("delta", {}).items()})
+                   {s: Tau(*v) for s, v in d.get("delta", {}).items()}, d.get("prompts", {}))
 
 
 def paired_gain(row: LabRow, ref: LabRow, on: str) -> Tau | None:
@@ -134,6 +136,11 @@ class Lab:
     def from_summary(cls, d: dict) -> Lab:
         return cls(*([LabRow.from_summary(r) for r in d.get(k, [])]
                      for k in ("rows", "checks", "frontier", "frontier_before")), context=d.get("context", {}))
+
+    @property
+    def frontier_machine(self) -> dict:
+        """The CPU the frontier was measured on (``bench/recipe.py --keep-rows`` runs it apart from the rows)."""
+        return self.context.get("frontier_machine") or self.context.get("machine", {})
 
     def held(self, on: str = "held-out") -> list[tuple[LabRow, LabRow]]:
         """(row, its check) for each lever whose paired gain over the reference was above zero at both budgets."""
@@ -182,7 +189,8 @@ def frontier_line(frontier: list[LabRow], on: str = "held-out") -> str | None:
         return None
     taus = " / ".join(f"{r.tau[on].mean:.3f}" for r in points)
     minutes = " / ".join(f"{round(r.minutes, 1):g}" for r in points)
-    return (f"The lab's best recipe ({points[-1].name}) reached τ on {on} {taus} at "
+    name = points[-1].name.split("*")[0]  # a point with its data scaled is named NAME*CONVERSATIONS
+    return (f"The lab's best recipe ({name}) reached τ on {on} {taus} at "
             f"{minutes} CPU minutes (bench/results/recipe.md).")
 
 

@@ -16,6 +16,14 @@ from eagle3kit.evaluate.vllm.gate import VllmGate
 from eagle3kit.evaluate.vllm.serve import VllmCheck
 
 
+def overall(records: list[scores.PromptScore]) -> dict[str, float]:
+    """τ over a set's prompts as the lab and the benchmarks state it: the mean over prompts with its 95 % interval,
+    and the pooled τ (all accepted tokens over all rounds, as vLLM's aggregate counters give)."""
+    row = scores.summarise(records).iloc[-1]
+    return {"tau": round(float(row["tau"]), 3), "low": round(float(row["low"]), 3),
+            "high": round(float(row["high"]), 3), "pooled": round(float(row["pooled"]), 3)}
+
+
 @dataclass
 class BenchScores:
     """One draft on one named set: per-prompt records by engine ("simulated", and "vLLM" when it ran)."""
@@ -35,11 +43,7 @@ class BenchScores:
         return scores.plot_scores(self.table(), f"{self.name}: τ per category (95% intervals)")
 
     def overall(self, engine: str) -> dict[str, float] | None:
-        if engine not in self.records:
-            return None
-        row = scores.summarise(self.records[engine]).iloc[-1]
-        return {"tau": round(float(row["tau"]), 3), "low": round(float(row["low"]), 3),
-                "high": round(float(row["high"]), 3), "pooled": round(float(row["pooled"]), 3)}
+        return overall(self.records[engine]) if engine in self.records else None
 
     def per_category(self, engine: str) -> dict[str, float]:
         table = scores.summarise(self.records.get(engine, []))
@@ -98,7 +102,10 @@ def summary_numbers(sim: dict[str, Acceptance], real: dict[str, DecodeRun], gate
         "vllm_batch": None if vllm is None else vllm.decoded_together,
         "vllm_version": None if vllm is None else vllm.vllm_version,
         "vllm_lossless": None if vllm is None else vllm.lossless == len(vllm.outputs_plain),
-        "tokens_per_s_vllm": None if vllm is None else {r: round(v, 1) for r, v in vllm.tokens_per_s.items()}}
+        "tokens_per_s_vllm": None if vllm is None else {r: round(v, 1) for r, v in vllm.tokens_per_s.items()},
+        "tokens_per_s_vllm_alone": None if vllm is None or not vllm.tokens_per_s_alone else {
+            r: round(v, 1) for r, v in vllm.tokens_per_s_alone.items()},
+        "vllm_alone_prompts": None if vllm is None or not vllm.tokens_per_s_alone else vllm.alone["draft"]["prompts"]}
     if named is not None:
         for engine, key in (("simulated", "sim"), ("vLLM", "vllm")):
             out[f"{named.name}_{key}"] = named.overall(engine)

@@ -140,7 +140,8 @@ def worst_line(table: pd.DataFrame) -> str:
     ranked = list(rated.sort_values("failure rate", ascending=False).index)
     tied = [c for c in ranked if bounds[c][1] >= bounds[name][0]]  # intervals that reach the worst one's
     below = [c for c in ranked if c not in tied]
-    less = f"; it fails less on {', '.join(map(said, below))}" if below else ""
+    less = (f"; on {', '.join(map(said, below))} it fails less than on {name} tokens (those intervals lie below "
+            f"{name}'s)" if below else "")
     names = f"{', '.join(tied[:-1])} and {tied[-1]}"
     return (f"Of what the draft can propose, it fails most on {names} tokens, whose 95 % intervals overlap "
             f"({', '.join(map(said, tied))}){less}; {overall}.{cap}")
@@ -171,3 +172,15 @@ def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None)
             f"round) + {terms} (draft tokens accepted per round at depth 1 … {len(depths)}). The round's first "
             f"proposal was rejected in {first_rejected} of the {rounds} rounds ({first_rejected / rounds:.0%}), which "
             f"ends them at once{share}.")
+
+
+def outside_by_set(sets: dict[str, Sequence[PromptView]], in_draft_vocab) -> str | None:
+    """One sentence: per prompt set, the share of its reply tokens outside the draft vocab (None for a full-vocab
+    draft), so a pooled count is not read as either set's."""
+    parts = []
+    for name, views in sets.items():
+        share = outside_share([v.reply for v in views], in_draft_vocab)
+        if share is not None:
+            parts.append(f"{name} {share:.0%} of {sum(len(v.reply) for v in views)} reply tokens "
+                         f"({len(views)} prompts)")
+    return ("Reply tokens outside the draft vocab, per set: " + "; ".join(parts) + ".") if parts else None

@@ -129,6 +129,12 @@ def holders(weight_bytes: float, gpu: GPU) -> int:
     return max(1, math.ceil(weight_bytes / gpu.usable_bytes))
 
 
+def tensor_parallel(gpus: int) -> int:
+    """The tensor-parallel degree a server splits a verifier over to hold it on ``gpus`` at least: the next power of
+    two (a degree must divide the attention heads, which are a power of two or a multiple of 8 in practice)."""
+    return 1 << max(0, gpus - 1).bit_length()
+
+
 # the rows a first read needs (the starts of their items): disk, memory per rank and whether it fits, hours, break-even
 HEADLINE_ROWS = ("total (hidden states", "total at total_seq_len", "fits", "largest total_seq_len", "data generation",
                  "training ", "GPUs the verifier is served on", "break-even")
@@ -206,7 +212,7 @@ def plan_run(verifier: str = "llama-3.1-8b", samples: int = 50000, tokens_per_sa
         checkpoint_bytes=memory.checkpoint_bytes(dshape, optimizer),
         utilisation=(data_utilisation, train_utilisation),
         speed=serving_speed.predict(verifier, gpu, serve_batch, serve_k or ttt_steps, tau, acceptance,
-                                    tp=serve_gpus or holders(weights, target),
+                                    tp=serve_gpus or tensor_parallel(holders(weights, target)),
                                     draft_vocab_size=build.config.draft_vocab_size, num_layers=num_layers),
     )
     result.commands = _commands(result, build, data)

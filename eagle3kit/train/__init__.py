@@ -7,6 +7,7 @@
 ``batches``     the packed batches at an exact, resumable position
 ``checkpoint``  save / resume (weights, optimizer, scheduler, RNG, data position)
 ``validation``  the draft's accuracy on the training and the validation split, counted with no step taken
+``anatomy``     one training step opened up: each draft module's call and shapes, the loss per TTT step
 ``live_tau``    τ while training: simulated on a few held-out prompts every N steps, draft forwards only
 ``plots``       training curves per TTT step, the next batch
 ``stepper``     the Step / Run N / Stop widget

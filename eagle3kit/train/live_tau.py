@@ -86,3 +86,17 @@ def tau_points(history: list[dict]) -> tuple[list[int], list[float]]:
     """(steps, τ) of the records that carry a live τ."""
     rows = [(r["step"], r[TAU]) for r in history if r.get(TAU) is not None]
     return [s for s, _ in rows], [t for _, t in rows]
+
+
+def trajectory(history: list[dict]) -> str | None:
+    """Where live τ started, peaked and ended (a sentence), or None with fewer than two measurements."""
+    steps, taus = tau_points(history)
+    if len(taus) < 2:
+        return None
+    best = max(range(len(taus)), key=taus.__getitem__)
+    peak = ("the last measurement is its highest" if best == len(taus) - 1 else
+            f"highest {taus[best]:.3f} at step {steps[best]}, {taus[best] - taus[-1]:.3f} above the last")
+    prompts = next((r[TAU_PROMPTS] for r in reversed(history) if r.get(TAU_PROMPTS)), None)
+    return (f"live τ: {taus[0]:.3f} at step {steps[0]}, {taus[-1]:.3f} at step {steps[-1]} ({peak}); measured on "
+            f"{prompts or 'a few'} held-out prompts, a rough guide while training: notebook 06 measures τ on every "
+            "held-out prompt")

@@ -13,8 +13,10 @@ class TrainSettings:
     """Everything besides the draft and the data that defines a run (speculators' names and defaults where they
     have one; ``total_seq_len`` and ``seed`` differ: 8192 and 42 in ``speculators train``)."""
 
-    lr: float = 1e-3
-    total_seq_len: int = 1024
+    lr: float = 1e-3  # the recipe lab's round-1 lever (bench/results/recipe.md)
+    # 512 tokens a step on a CPU: the recipe lab's `pack-512`, the one lever that beat its base at both 5 and 10 CPU
+    # minutes (bench/results/recipe.md). A GPU run (eagle3kit launch) gets speculators' 8192 unless given.
+    total_seq_len: int = 512
     seed: int = 0
     weight_decay: float = 0.01
     optimizer: str = "adamw"  # or "muon": Muon on the 2D weights, AdamW on the rest, as speculators trains

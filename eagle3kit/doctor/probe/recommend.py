@@ -19,6 +19,7 @@ from eagle3kit.draft.config import resolve_attention, with_attention
 
 
 NOISE_FLOOR = 0.05  # a race closer than this share of the default's seconds is noise on a busy machine
+NOISE_MULTIPLE = 2.0  # a win must beat this many times the noise: two or three repeats a cell understate the spread
 WARM_UP_SHARE = 0.5  # repeats further apart than this share of their median: the first one paid a compile / warm-up
 
 
@@ -26,7 +27,8 @@ WARM_UP_SHARE = 0.5  # repeats further apart than this share of their median: th
 class Race:
     """The speed race behind one recommendation: the fastest backend that ran and matched eager, the default the
     auto rule picks (:func:`eagle3kit.draft.config.resolve_attention`), and whether the one beats the other by more
-    than the noise (the larger of the two cells' repeat spreads, at least :data:`NOISE_FLOOR` of the default's time)."""
+    than :data:`NOISE_MULTIPLE` times the noise (the larger of the two cells' repeat spreads, at least
+    :data:`NOISE_FLOOR` of the default's time)."""
 
     fastest: str | None
     default: str | None  # None: the default did not run and match eager
@@ -35,10 +37,11 @@ class Race:
 
     @property
     def winner(self) -> str | None:
-        """What to set: the fastest when it beats the default by more than the noise, else the default."""
+        """What to set: the fastest when it beats the default by more than :data:`NOISE_MULTIPLE` times the noise,
+        else the default."""
         if self.default is None or self.fastest == self.default:
             return self.fastest
-        return self.fastest if self.margin > self.noise else self.default
+        return self.fastest if self.margin > NOISE_MULTIPLE * self.noise else self.default
 
     def sentence(self) -> str:
         """Why :attr:`winner`, in words, with the margin and the noise it was weighed against."""
@@ -48,8 +51,9 @@ class Race:
             return f"{self.fastest} was the fastest that ran and matched eager"
         race = f"{self.fastest} beat {self.default} by {self.margin:.3f} s a step against a noise of {self.noise:.3f} s"
         if self.winner == self.fastest:
-            return f"{race}: a margin larger than the noise"
-        return f"both train; {self.default} stays ({race}: within the noise, no speed claim)"
+            return f"{race}: a margin over {NOISE_MULTIPLE:g}x the noise"
+        return (f"both train; {self.default} stays ({race}: within {NOISE_MULTIPLE:g}x the noise, no speed "
+                "claim)")
 
 
 def _matched(matrix: pd.DataFrame, training: bool) -> pd.DataFrame:

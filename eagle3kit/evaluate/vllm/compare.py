@@ -43,18 +43,26 @@ def comparison_table(check: VllmCheck, simulated: Acceptance, decoded: DecodeRun
     return table.map(lambda x: round(x, 3) if isinstance(x, float) else x)
 
 
+ALONE_ROW = "vLLM, one prompt at a time"
+
+
 def speed_rows(check: VllmCheck | None, decoded: DecodeRun | None, max_new_tokens: int,
                prompts: int | None = None) -> pd.DataFrame:
     """Tokens/s with the draft beside without it, one row per engine, each pair measured the same way: vLLM on all
-    prompts at once (one batch, engines warm); the decode loop one prompt at a time against plain greedy decoding of
-    the same prompts one at a time (interleaved), labelled a correctness tool, and only where it decoded all
-    ``prompts`` (None: it did) beside vLLM: on fewer its speed says nothing of the set."""
+    prompts at once (one batch, engines warm), and on its first few alone (batch 1) where it timed them; the decode
+    loop one prompt at a time against plain greedy decoding of the same prompts one at a time (interleaved), labelled
+    a correctness tool, and only where it decoded all ``prompts`` (None: it did) beside vLLM: on fewer its speed says
+    nothing of the set."""
     if check is not None and decoded is not None and prompts is not None and decoded.prompts < prompts:
         decoded = None
     rows = {}
     if check is not None:
         n, engine = check.decoded_together, f"vLLM {check.vllm_version} (CPU build)"
         rows["vLLM"] = tuple(Measured(check.tokens_per_s[r], engine, n, n, max_new_tokens) for r in ("draft", "plain"))
+        alone = check.tokens_per_s_alone
+        if alone:
+            rows[ALONE_ROW] = tuple(Measured(alone[r], engine, 1, check.alone[r]["prompts"], max_new_tokens)
+                                    for r in ("draft", "plain"))
     if decoded is not None and decoded.plain_seconds:
         rows["decode loop"] = tuple(Measured(decoded.tokens / s, DECODE_LOOP, 1, decoded.prompts, max_new_tokens)
                                     for s in (decoded.seconds, decoded.plain_seconds))

@@ -87,6 +87,9 @@ def check_inputs(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike |
 
 
 # ----------------------------------------------------------------------------------------------- offline check
+ALONE = 4  # prompts each check decodes again one at a time, after the batch: the speed at batch 1
+
+
 @dataclass
 class VllmCheck:
     """vLLM's own view of a draft: counters with the draft, outputs and speed with and without it."""
@@ -104,6 +107,15 @@ class VllmCheck:
     load: dict[str, list[float]] = field(default_factory=dict)  # per run, the load average before and after it
     histograms: list[list[int]] = field(default_factory=list)  # per prompt, rounds by accepted draft tokens
     batch: int = 0  # sequences decoded together in the timed runs (0: all of this check's prompts)
+    alone: dict[str, dict] = field(default_factory=dict)  # per run, the first prompts again one at a time (batch 1):
+    # {"prompts", "tokens", "seconds"}, timed after the batch on the same warm engine
+
+    @property
+    def tokens_per_s_alone(self) -> dict[str, float] | None:
+        """Tokens/s with the draft and without it at batch 1 (:attr:`alone`), None where it was not timed."""
+        if not all(self.alone.get(r, {}).get("seconds") for r in ("draft", "plain")):
+            return None
+        return {r: self.alone[r]["tokens"] / self.alone[r]["seconds"] for r in ("draft", "plain")}
 
     @property
     def decoded_together(self) -> int:
@@ -144,7 +156,9 @@ class VllmCheck:
                 "acceptance_per_pos": [round(a, 4) for a in self.acceptance_per_pos],
                 "lossless": f"{self.lossless}/{len(self.outputs_plain)}",
                 "tokens_per_s_draft": round(self.tokens_per_s["draft"], 1),
-                "tokens_per_s_plain": round(self.tokens_per_s["plain"], 1), "vllm": self.vllm_version}
+                "tokens_per_s_plain": round(self.tokens_per_s["plain"], 1), "vllm": self.vllm_version,
+                **({f"tokens_per_s_alone_{r}": round(v, 1) for r, v in self.tokens_per_s_alone.items()}
+                   if self.tokens_per_s_alone else {})}
 
     def table(self) -> pd.DataFrame:
         """The summary as (measure, value) rows, for a terminal (:func:`eagle3kit.tables.format_table`)."""
@@ -154,6 +168,9 @@ class VllmCheck:
                 ("lossless: same tokens with and without the draft", f"{self.lossless}/{len(self.outputs_plain)}"),
                 ("tokens/s with the draft", f"{self.tokens_per_s['draft']:.1f}"),
                 ("tokens/s without the draft", f"{self.tokens_per_s['plain']:.1f}"),
+                *((f"tokens/s {w} the draft, one prompt at a time ({self.alone[r]['prompts']} prompts)",
+                   f"{self.tokens_per_s_alone[r]:.1f}") for r, w in (("draft", "with"), ("plain", "without"))
+                  if self.tokens_per_s_alone),
                 ("load average before → after (with / without)", self.load_text),
                 ("vLLM", self.vllm_version)]
         return pd.DataFrame(rows, columns=["measure", "value"])
@@ -162,17 +179,18 @@ class VllmCheck:
 def check_draft(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None,
                 prompts_token_ids: list[list[int]], max_new_tokens: int = MAX_NEW_TOKENS, k: int | None = None,
                 timeout: float = 900.0, venv: str | os.PathLike | None = None,
-                max_num_seqs: int | None = None) -> VllmCheck:
+                max_num_seqs: int | None = None, alone: int = ALONE) -> VllmCheck:
     """Generate greedily in vLLM with the draft and without it on the same token-id prompts (two fresh engines);
-    ``max_num_seqs``: at most this many sequences a step (default: every prompt at once)."""
+    ``max_num_seqs``: at most this many sequences a step (default: every prompt at once); ``alone``: the first this
+    many prompts are decoded again one at a time, for the speed at batch 1."""
     return check_sets(draft_dir, verifier_dir, {"all": prompts_token_ids}, max_new_tokens, k, timeout, venv,
-                      max_num_seqs)[0]
+                      max_num_seqs, alone)[0]
 
 
 def check_sets(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | None,
                sets: dict[str, list[list[int]]], max_new_tokens: int = MAX_NEW_TOKENS, k: int | None = None,
                timeout: float = 900.0, venv: str | os.PathLike | None = None,
-               max_num_seqs: int | None = None) -> tuple[VllmCheck, dict[str, VllmCheck]]:
+               max_num_seqs: int | None = None, alone: int = ALONE) -> tuple[VllmCheck, dict[str, VllmCheck]]:
     """:func:`check_draft` on several named sets of token-id prompts in one start of each engine (one batch, the
     sets in order): the whole check (vLLM's aggregate counters) and each set's (:meth:`VllmCheck.part`)."""
     draft, verifier, k = check_inputs(draft_dir, verifier_dir, k)
@@ -184,7 +202,7 @@ def check_sets(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | N
     with tempfile.TemporaryDirectory(prefix="eagle3kit-vllm-") as tmp:
         spec = {"verifier": str(verifier.resolve()), "draft": str(draft.resolve()), "k": k,
                 "sets": {name: [list(p) for p in group] for name, group in sets.items()},
-                "max_new_tokens": max_new_tokens, "max_num_seqs": max_num_seqs}
+                "max_new_tokens": max_new_tokens, "max_num_seqs": max_num_seqs, "alone": alone}
         (Path(tmp) / "spec.json").write_text(json.dumps(spec))
         log, out = Path(tmp) / "worker.log", Path(tmp) / "out.json"
         proc = launch([str(python), str(WORKER), str(Path(tmp) / "spec.json"), str(out)], log, SERVE_ENV)
@@ -202,7 +220,8 @@ def check_sets(draft_dir: str | os.PathLike, verifier_dir: str | os.PathLike | N
                       {r: raw["runs"][r]["seconds"] for r in ("draft", "plain")},
                       {r: raw["runs"][r]["tokens_per_s"] for r in ("draft", "plain")}, raw["vllm_version"],
                       {r: raw["runs"][r].get("steps", []) for r in ("draft", "plain")},
-                      {r: raw["runs"][r].get("load", []) for r in ("draft", "plain")}, d.get("histograms", []))
+                      {r: raw["runs"][r].get("load", []) for r in ("draft", "plain")}, d.get("histograms", []),
+                      alone={r: raw["runs"][r]["alone"] for r in ("draft", "plain") if "alone" in raw["runs"][r]})
     parts = {name: whole.part(part["start"], part["end"], part["counters"]) for name, part in d["sets"].items()}
     return whole, parts
 

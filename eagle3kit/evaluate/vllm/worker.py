@@ -186,6 +186,12 @@ def run_one(spec: dict[str, Any], run: str) -> dict[str, Any]:
         start = end
     if timed:
         record["steps"] = llm.collective_rpc("step_times")[0]
+    alone = prompts[:int(spec.get("alone", 0))]
+    if alone:  # a few prompts one at a time, after the batch (its counters and step times are read above)
+        t0 = time.perf_counter()
+        done = [llm.generate([p], params, use_tqdm=False)[0] for p in alone]
+        record["alone"] = {"prompts": len(alone), "tokens": sum(len(r.outputs[0].token_ids) for r in done),
+                           "seconds": time.perf_counter() - t0}
     return record
 
 

@@ -1,0 +1,177 @@
+"""What the next run should be, from the recipe lab and this run's own counts: what more minutes buy (the lab's
+frontier as a table, the break-even it reaches, whether its minutes are this CPU's), the options that rerun a lab row
+in the notebooks, and what this run's diagnosis asks to change. Notebook 06's conclusion (:mod:`eagle3kit.course`)
+prints them."""
+
+from __future__ import annotations
+
+import re
+
+from eagle3kit import presets
+from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow
+
+FIRST_STEPS_KEY, RUN_STEPS_KEY, TRAIN_STEPS_KEY = "first_steps", "run_steps", "train_steps"
+
+MEMORISED_GAP = 0.1  # first-guess accuracy on the training split above the validation split's by this much: memorised
+
+
+def recipe_of(row: LabRow, lab: Lab) -> dict[str, object]:
+    """The data and training settings of the preset the lab made from ``row`` (its ``context``), empty if none."""
+    name = row.name.split("*")[0]  # a frontier point with its data scaled is named NAME*CONVERSATIONS
+    for made in lab.context.values():
+        if isinstance(made, dict) and made.get("recipe") == name:
+            return {**made.get("data", {}), **made.get("train", {})}
+    return {}
+
+
+def conversations(row: LabRow, lab: Lab) -> int | None:
+    """The conversations a lab row trained on: stated in its description, else its preset's, else the demo's."""
+    found = re.search(r"(\d+) conversations", row.what)
+    if found:
+        return int(found.group(1))
+    return recipe_of(row, lab).get("n_conversations") or lab.context.get("demo", {}).get("data", {}).get(
+        "n_conversations")
+
+
+def frontier_table(lab: Lab, minutes: float | None = None, tau: dict | None = None, on: str = "held-out",
+                   conversations_here: int | None = None, steps: int | None = None,
+                   bench_tau: float | None = None) -> str:
+    """The lab's best recipe at each budget as a Markdown table (what more minutes buy), and this run's row: ``tau``,
+    its held-out τ simulated on its own prompts as the lab states τ (:func:`eagle3kit.evaluate.summary.overall`: the
+    mean over prompts with its interval), its MT-bench τ by vLLM's counters where given."""
+    head = ["CPU minutes (data + training)", "conversations", "training steps", f"τ {on} [95 %]",
+            "τ mt-bench [95 %]"]
+    rows = []
+    for r in sorted(lab.frontier, key=lambda r: r.minutes):
+        rows.append([f"{r.minutes:.1f}", str(conversations(r, lab) or "?"), str(r.steps),
+                     *(str(r.tau[s]) if s in r.tau else "" for s in (on, "mt-bench"))])
+    if minutes is not None and tau is not None:
+        rows.append([f"{minutes:.1f} (this run, this CPU)", str(conversations_here or ""), str(steps or ""),
+                     f"{tau['tau']:.3f} [{tau['low']:.3f}, {tau['high']:.3f}] (this run's held-out prompts)",
+                     f"{bench_tau:.3f} (vLLM's counters)" if bench_tau is not None else ""])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def prompt_sets(lab: Lab, held_out_here: int | None, on: str = "held-out") -> str:
+    """That the lab's held-out prompts and this run's are different sets, each with its count (MT-bench's are one)."""
+    theirs = max((r.prompts.get(on, 0) for r in lab.frontier), default=0)
+    return (f"The lab's {on} τ is simulated on its own {theirs or 'held-out'} prompts, this run's on its "
+            f"{held_out_here or '?'} (a different set: compare the MT-bench column, the same 80 turns in both).")
+
+
+def minutes_caveat(lab: Lab) -> str:
+    """Whether the lab's frontier minutes and this CPU's are one clock: the lab says if the frontier's CPU had native
+    bf16 (without it a step costs about twice as long, docs/demo.md); empty where the lab does not say."""
+    from eagle3kit.device import native_bf16
+
+    theirs = lab.frontier_machine.get("native_bf16")
+    if theirs is None:
+        return ""
+    mine = native_bf16()
+    kind = {True: "with native bf16", False: "without native bf16 (AVX2 only)"}
+    if theirs == mine:
+        return f"The lab's frontier minutes and this run's are both a 2-core CPU's {kind[mine]}."
+    return (f"The lab measured its frontier's minutes on a 2-core CPU {kind[theirs]}; this CPU is one {kind[mine]}, so "
+            f"compare this run with the lab by its conversations and steps, not its minutes.")
+
+
+def row_options(row: LabRow, lab: Lab) -> dict[str, object]:
+    """The notebook parameters that make the demo run a lab row's recipe: its conversations and its steps, split
+    between notebook 05 (``first_steps`` + ``run_steps``) and notebook 06 (``train_steps``) as the demo splits them;
+    its packs only where they differ from the demo's."""
+    first = int(presets.parameters("demo", "05").get(FIRST_STEPS_KEY, 1))
+    in_05 = row.steps // 2
+    packs = recipe_of(row, lab).get("total_seq_len") or _default_packs()
+    options = {"n_conversations": conversations(row, lab), "max_steps": row.steps,
+               RUN_STEPS_KEY: max(1, in_05 - first), TRAIN_STEPS_KEY: row.steps - in_05,
+               "total_seq_len": packs if packs != presets.parameters("demo", "05").get("total_seq_len",
+                                                                                     _default_packs()) else None}
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def set_options(row: LabRow, lab: Lab) -> str:
+    """:func:`row_options` as ``--set`` options."""
+    return " ".join(f"--set {k}={v}" for k, v in row_options(row, lab).items())
+
+
+def _default_packs() -> int:
+    """The typed default of ``total_seq_len`` (what the demo runs when its preset does not set it)."""
+    return int(presets.typed_defaults()["total_seq_len"])
+
+
+def reaches(lab: Lab, tau: float | None, on: str = "held-out") -> str:
+    """How many of the lab's CPU minutes the best recipe needed to reach ``tau`` (the break-even), or that it did not
+    within the frontier's longest budget."""
+    if tau is None or not lab.frontier:
+        return ""
+    rows = sorted((r for r in lab.frontier if on in r.tau), key=lambda r: r.minutes)
+    hit = next((r for r in rows if r.tau[on].mean >= tau), None)
+    if hit:
+        return (f"The lab's best recipe reached τ {tau:.2f}, where the planned GPU run pays, at {hit.minutes:.1f} CPU "
+                f"minutes ({hit.tau[on]} on its own {on} prompts; its interval says how sure).")
+    before = sorted((r for r in lab.frontier_before if on in r.tau), key=lambda r: r.minutes)
+    old = next((r for r in before if r.tau[on].mean >= tau), None)
+    then = (f" The lab's first round, drawn faint in the figure, did reach it at {old.minutes:.0f} minutes "
+            f"(τ {old.tau[on].mean:.2f}), on {BEFORE_HOST}, so the two are not one curve." if old else "")
+    return (f"Within the lab's {rows[-1].minutes:.0f} CPU minutes the best recipe did not reach τ {tau:.2f}, where the "
+            f"planned GPU run pays (it reached {rows[-1].tau[on].mean:.2f}); longer budgets were not measured with "
+            f"the current training step.{then}")
+
+
+def preset_changes(preset: str = "full", base: str = "demo") -> dict[str, dict[str, object]]:
+    """What ``preset`` sets otherwise than ``base``, per notebook."""
+    out = {}
+    for nn in presets.NOTEBOOKS:
+        mine, theirs = presets.parameters(preset, nn), presets.parameters(base, nn)
+        changed = {k: v for k, v in mine.items() if theirs.get(k) != v}
+        if changed:
+            out[nn] = changed
+    return out
+
+
+OUTSIDE_VOCAB_CAP = 0.1  # a share of held-out reply tokens outside the draft vocab worth naming as a lever
+
+
+def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
+    """What this run's own diagnosis asks to change, as ``--set`` options (empty where nothing shows): more
+    conversations where the draft memorised (:data:`MEMORISED_GAP`), a larger draft vocab where many reply tokens lie
+    outside it (:data:`OUTSIDE_VOCAB_CAP`), each with the lab's evidence where it has a row."""
+    out = []
+    trained_acc, val_acc, n = s06.get("train_full_acc_0"), s06.get("val_full_acc_0"), s04.get("samples")
+    if trained_acc is not None and val_acc is not None and trained_acc - val_acc >= MEMORISED_GAP and n:
+        out.append(f"It memorised (first guess {trained_acc:.2f} on its training split, {val_acc:.2f} on validation): "
+                   f"more conversations at the same epochs, `--set n_conversations={2 * n}` with twice the steps, "
+                   "as the lab's frontier grows them with its minutes (the table above).")
+    outside, vocab = s06.get("outside_vocab_share"), s04.get("draft_vocab_size")
+    if outside and outside >= OUTSIDE_VOCAB_CAP and vocab:
+        rows = [r for r in lab.rows if r.name.startswith("vocab-") and "held-out" in r.delta]
+        said = ", ".join(f"`{r.name}` {r.delta['held-out'].mean:+.3f}" for r in rows)
+        out.append(f"{outside:.0%} of held-out reply tokens lie outside its {vocab}-token vocab, a cap that "
+                   f"`--set draft_vocab_size={2 * vocab}` would raise; at this scale do not expect τ from it: a larger "
+                   "head trains slower" + (f", and the recipe lab measured held-out τ {said} against its base at "
+                                           f"{rows[0].budget:g} CPU minutes (bench/results/recipe.md)." if rows else
+                                           ", and no lab row has measured it."))
+    return out
+
+
+def to_change(lab: Lab, s06: dict | None = None, s04: dict | None = None) -> list[str]:
+    """The exact parameters to change: what this run's diagnosis asks (:func:`levers`), the presets, and the
+    ``--set`` options of each frontier point (said to be a preset where they are one on this CPU)."""
+    full = preset_changes()
+    said = "; ".join(f"notebook {nn}: " + ", ".join(f"{k}={v}" for k, v in c.items()) for nn, c in full.items())
+    lines = levers(s06 or {}, s04 or {}, lab)
+    lines.append("`eagle3kit run-notebooks --preset demo` runs the demo; `--preset full` "
+                 + (f"changes {said}." if said else "currently sets the demo's values."))
+    for r in sorted(lab.frontier, key=lambda r: r.minutes):
+        same = next((name for name in ("demo", "full") if _is_preset(row_options(r, lab), name)), None)
+        lines.append(f"{r.minutes:.1f} CPU minutes ({r.what}): " + (
+            f"the `{same}` preset's recipe on this CPU" if same else
+            f"`eagle3kit run-notebooks --preset demo {set_options(r, lab)}`"))
+    return lines
+
+
+def _is_preset(options: dict[str, object], preset: str) -> bool:
+    """Whether ``options`` (on top of the demo) give ``preset``'s values on this CPU."""
+    mine = {k: v for nn in presets.NOTEBOOKS for k, v in presets.parameters(preset, nn).items() if k in options}
+    return mine == options

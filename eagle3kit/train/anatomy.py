@@ -1,0 +1,68 @@
+"""One training step, opened up: forward hooks on the draft's own modules (speculators' ``Eagle3DraftModel``) record
+what each call received and returned while :meth:`~eagle3kit.train.session.TrainSession.step` ran, TTT step by TTT
+step, beside that step's loss for each TTT step. Nothing is recomputed: the shapes are the real step's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+# the draft's modules a step calls, in the order of a TTT step, and what each does there
+ROLES = {
+    "fc": "the verifier's aux hidden states (concatenated) projected to one hidden vector a position",
+    "verifier_lm_head": "the targets: the verifier's own next-token distribution at every position (no gradient)",
+    "embed_tokens": "the token each position reads at this TTT step: token i + s (teacher forcing)",
+    "layers.0": "the draft's decoder layer over [embedding, hidden state], under the EAGLE-3 mask",
+    "norm": "the final norm",
+    "lm_head": "the draft's logits over its vocab, on the rows that carry loss",
+}
+
+
+@dataclass
+class Anatomy:
+    """The calls of one training step (``calls``: TTT step, module, role, shapes) and its record."""
+
+    calls: pd.DataFrame
+    record: dict
+
+    def losses(self, ttt_steps: int) -> str:
+        """The step's loss as the sum it is: one KL term a TTT step."""
+        parts = [self.record.get(f"loss_{s}") for s in range(ttt_steps)]
+        if any(p is None for p in parts):
+            return f"loss {self.record['loss']:.3f}"
+        terms = " + ".join(f"{p:.3f}" for p in parts)
+        return (f"step {self.record['step']}: loss {self.record['loss']:.3f} = {terms} (one KL divergence from the "
+                f"verifier's distribution a TTT step, over the tokens the loss mask keeps)")
+
+
+def _shape(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return "×".join(str(d) for d in value.shape)
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
+        return _shape(value[0])
+    return ""
+
+
+def open_step(session) -> Anatomy:
+    """Take the session's next step with hooks on :data:`ROLES`' modules; each call's shapes, in order."""
+    modules = dict(session.model.named_modules())
+    calls: list[dict] = []
+    ttt = {"step": -1}
+
+    def hook(name: str):
+        def record(_module, args, output):
+            if name == "embed_tokens":
+                ttt["step"] += 1
+            calls.append({"TTT step": "" if ttt["step"] < 0 else ttt["step"], "module": name, "role": ROLES[name],
+                          "input": _shape(args[0]) if args else "", "output": _shape(output)})
+        return record
+
+    handles = [modules[name].register_forward_hook(hook(name)) for name in ROLES if name in modules]
+    try:
+        record = session.step()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return Anatomy(pd.DataFrame(calls), record)

@@ -1,0 +1,29 @@
+"""One training step opened up: the hooks see the real step's calls, in TTT order, and leave no trace."""
+
+from __future__ import annotations
+
+from eagle3kit.draft.config import DraftSpec
+from eagle3kit.train.anatomy import ROLES, open_step
+from eagle3kit.train.session import TrainSession
+
+from conftest import TINY_DATA_SEQ as SEQ
+
+
+def test_a_step_opened_up_lists_each_ttt_steps_calls_and_its_loss_terms(tiny_data):
+    session = TrainSession(tiny_data, DraftSpec(verifier="tiny", device="cpu"), progress=False, total_seq_len=SEQ)
+    opened = open_step(session)
+    calls = opened.calls
+    assert session.global_step == 1 and opened.record is session.history[-1]  # the step itself, taken once
+    assert calls["module"].iloc[0] == "fc" and set(calls["module"]) <= set(ROLES)
+    per_step = calls[calls["TTT step"] != ""].groupby("TTT step")["module"].apply(list)
+    assert list(per_step.index) == list(range(session.ttt_steps))
+    assert all(mods[0] == "embed_tokens" and mods[-1] == "lm_head" for mods in per_step)
+    hidden = session.model.config.transformer_layer_config.hidden_size
+    fc = calls[calls["module"] == "fc"].iloc[0]
+    assert fc["input"].endswith(f"×{3 * hidden}") and fc["output"].endswith(f"×{hidden}")  # three aux layers in
+    said = opened.losses(session.ttt_steps)
+    terms = [opened.record[f"loss_{s}"] for s in range(session.ttt_steps)]
+    assert abs(sum(terms) - opened.record["loss"]) < 1e-4 and " + ".join(f"{t:.3f}" for t in terms) in said
+    assert not any(m._forward_hooks for m in session.model.modules())  # the hooks are gone
+    session.step()
+    assert len(calls) == len(opened.calls)  # a later step records nothing
