@@ -59,13 +59,13 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
                "rehearse_ranks": 1, "rehearse_steps": 3, "tau_every": 2},
         # demo training budget, shared with 06 (which resumes this session): 3 + 650 steps here + 653 in 06 = the
         # steps of the lab's `pack-512` row at 10 minutes, 512 tokens a step, bf16 autocast ("native"), from the
-        # verifier's last layer (eagle3kit.draft.warm_start), at TrainSettings' lr; live τ every 20 steps (a
-        # measurement costs about two steps). full: the steps of the lab's 15-minute frontier point, live τ every 50.
+        # verifier's last layer (eagle3kit.draft.warm_start), at TrainSettings' lr; live τ every 50 steps (a
+        # measurement costs about two steps). full: the steps of the lab's 15-minute frontier point.
         # Without native bf16: `less-data`'s 241 steps of 1024 tokens for the demo, `pack-512`'s for full.
         "demo": {"max_steps": 1306, "warm_start_layer": -1, "hidden_states_dtype": "native",
                  "first_steps": 3, "run_steps": 650, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
-                 "rehearse_ranks": 2, "rehearse_steps": 3, "tau_every": 20},
-        "full": {"max_steps": 4625, "run_steps": 2309, "tau_every": 50},
+                 "rehearse_ranks": 2, "rehearse_steps": 3, "tau_every": 50},
+        "full": {"max_steps": 4625, "run_steps": 2309},
         "demo@float32": {"total_seq_len": 1024, "max_steps": 241, "run_steps": 118},
         "full@float32": {"total_seq_len": 512, "max_steps": 1306, "run_steps": 650},
     },
@@ -78,8 +78,8 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         # time, proves the output unchanged on one prompt (vLLM on all of them).
         "demo": {"resume_from_05": True, "train_steps": 653, "n_prompts": 16, "n_decode_prompts": 1,
                  "max_new_tokens": 64, "bench_simulated": False,
-                 "max_prompt_tokens": 128, "k": 0, "vllm_check": True, "tau_every": 20},
-        "full": {"train_steps": 2313, "n_prompts": 64, "tau_every": 50},
+                 "max_prompt_tokens": 128, "k": 0, "vllm_check": True, "tau_every": 50},
+        "full": {"train_steps": 2313, "n_prompts": 64},
         "demo@float32": {"train_steps": 120},
         "full@float32": {"train_steps": 653},
     },

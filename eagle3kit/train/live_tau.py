@@ -93,7 +93,7 @@ def trajectory(history: list[dict]) -> str | None:
     steps, taus = tau_points(history)
     if len(taus) < 2:
         return None
-    best = max(range(len(taus)), key=taus.__getitem__)
+    best = max(range(len(taus)), key=lambda i: (taus[i], i))  # a tie with the last is the last
     peak = ("the last measurement is its highest" if best == len(taus) - 1 else
             f"highest {taus[best]:.3f} at step {steps[best]}, {taus[best] - taus[-1]:.3f} above the last")
     prompts = next((r[TAU_PROMPTS] for r in reversed(history) if r.get(TAU_PROMPTS)), None)
