@@ -20,6 +20,11 @@ def _tau(value: object) -> str:
     return "n/a" if value is None else f"{float(value):.2f}"
 
 
+def _headline_tau(s06: dict) -> float | None:
+    """The τ the verdict states: vLLM's counters where it served the draft, else the simulation's."""
+    return s06.get("tau_vllm") if s06.get("tau_vllm") is not None else s06.get("tau_trained")
+
+
 def headline(s06: dict) -> list[str]:
     """The draft's τ, each number with what measured it: vLLM's counters when it served the draft, else the
     simulation; the named set beside; the decode loop's correctness check apart, never as a τ of its own."""
@@ -152,7 +157,7 @@ def conclusion(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
              "**What it buys.** " + " ".join(buys(s06)), "**Why it is what it is.** " + why(s06),
              "**What more minutes buy** (the recipe lab's best recipe at each budget, measured on this verifier at "
              "CPU scale; a GPU run lands elsewhere):",
-             frontier_table(lab, s06.get("minutes_to_make"), s06.get("held_out_sim"), conversations_here=s04.get(
+             frontier_table(lab, s06.get("minutes_to_make"), _headline_tau(s06), conversations_here=s04.get(
                  "samples"), steps=s06.get("train_steps_total"), bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau")),
              prompt_sets(lab, s06.get("held_out_prompts")), minutes_caveat(lab),
              reaches(lab, s06.get("break_even_there")),

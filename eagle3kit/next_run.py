@@ -33,12 +33,12 @@ def conversations(row: LabRow, lab: Lab) -> int | None:
         "n_conversations")
 
 
-def frontier_table(lab: Lab, minutes: float | None = None, tau: dict | None = None, on: str = "held-out",
+def frontier_table(lab: Lab, minutes: float | None = None, tau: float | None = None, on: str = "held-out",
                    conversations_here: int | None = None, steps: int | None = None,
                    bench_tau: float | None = None) -> str:
     """The lab's best recipe at each budget as a Markdown table (what more minutes buy), and this run's row: ``tau``,
-    its held-out τ simulated on its own prompts as the lab states τ (:func:`eagle3kit.evaluate.summary.overall`: the
-    mean over prompts with its interval), its MT-bench τ by vLLM's counters where given."""
+    its headline τ (its own held-out prompts, another set than the lab's), and ``bench_tau``, its MT-bench τ (the
+    lab's same 80 prompts, the column to compare)."""
     head = ["CPU minutes (data + training)", "conversations", "training steps", f"τ {on} [95 %]",
             "τ mt-bench [95 %]"]
     rows = []
@@ -47,8 +47,8 @@ def frontier_table(lab: Lab, minutes: float | None = None, tau: dict | None = No
                      *(str(r.tau[s]) if s in r.tau else "" for s in (on, "mt-bench"))])
     if minutes is not None and tau is not None:
         rows.append([f"{minutes:.1f} (this run, this CPU)", str(conversations_here or ""), str(steps or ""),
-                     f"{tau['tau']:.3f} [{tau['low']:.3f}, {tau['high']:.3f}] (this run's held-out prompts)",
-                     f"{bench_tau:.3f} (vLLM's counters)" if bench_tau is not None else ""])
+                     f"{tau:.3f} (the headline τ, on its own held-out prompts: another set)",
+                     f"{bench_tau:.3f} (compare this column)" if bench_tau is not None else ""])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 

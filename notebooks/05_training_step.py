@@ -99,7 +99,8 @@ print(f"data: {data} ({len(session.batches.dataset)} of its {data.n_samples} sam
       f"validation split (train_data_ratio {session.settings.train_data_ratio}); {len(session.batches)} packed batches "
       f"of {total_seq_len} tokens per epoch)")
 print(f"draft: {b.spec.num_layers} layer(s), aux layers {b.aux_layer_ids}, draft vocab {b.config.draft_vocab_size}, "
-      f"attention {b.attention.implementation}, loss {session.settings.loss_implementation}, device {session.device}")
+      f"attention {b.attention.implementation} (the draft's config, what vLLM and speculators' trainer build), loss "
+      f"{session.settings.loss_implementation}, device {session.device}; the training forward here: {session.attention}")
 if warm_start_layer is not None:
     print(f"warm start: the draft layer, fc and norm start from verifier layer {warm_start_layer} "
           "(eagle3kit.draft.warm_start)")
@@ -155,8 +156,8 @@ plot_step(record)
 # under the mask of notebook 03 (at step *s* > 0 its hidden state is its own output from step *s* − 1: that is the
 # test-time training), and `lm_head` gives the draft's logits on the rows that carry loss. Step *s*'s logits at
 # position *i* are trained toward the verifier's distribution at position *i* + *s*: the loss is one KL divergence a
-# TTT step, added up. Rows that reach no loss are dropped as the steps go on (eagle3kit's block-sparse CPU step), so
-# the row counts shrink.
+# TTT step, added up. On a CPU eagle3kit's block-sparse step (the training forward printed above) runs `lm_head` only
+# on the rows that carry loss, so its row count is below the pack's.
 
 # %%
 display(opened.calls)

@@ -133,7 +133,8 @@ show_widget(viewer.widget)  # a saved notebook shows a line of text; the two rep
 # A *target* is a reply token the draft was asked for (accepted, or rejected in favour of the verifier's own token);
 # a *failure* is a rejected one. Each target is counted in every class it belongs to: a word start (a letter after
 # whitespace), a number (any digit), punctuation, code (inside a fenced block) and a token outside the draft's
-# vocabulary, which the draft can never propose.
+# vocabulary, which the draft can never propose. A token can be in several classes (a word start inside code), so the
+# "share of failures" column adds up to more than 1.
 #
 # Below the table, τ on all the held-out prompts as the sum it is: one token of the verifier's own a round, plus the
 # draft tokens accepted a round at each depth. Every later depth needs the first proposal accepted, so the count that

@@ -94,7 +94,7 @@ def test_the_trajectory_says_where_live_tau_started_peaked_and_ended():
     history = [{"step": s, TAU: t, TAU_PROMPTS: 4} for s, t in ((10, 1.05), (20, 1.40), (30, 1.31))] + [{"step": 31}]
     said = trajectory(history)
     assert said.startswith("live τ: 1.050 at step 10, 1.310 at step 30 (highest 1.400 at step 20, 0.090 above the last")
-    assert "measured on 4 held-out prompts, a rough guide" in said
+    assert "measured on 4 prompts kept out of training, a rough guide" in said
     assert "its highest" in trajectory(history[:2]) and trajectory(history[:1]) is None
     tied = history[:2] + [{"step": 30, TAU: 1.40, TAU_PROMPTS: 4}]
     assert "(the last measurement is its highest)" in trajectory(tied)

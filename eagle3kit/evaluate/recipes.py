@@ -225,8 +225,8 @@ def evidence(lab: Lab, name: str, on: str = "held-out") -> str | None:
 def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = None, bar: float | None = None,
                   on: str = "held-out", before: list[LabRow] | None = None, before_label: str = "before") -> Figure:
     """τ (``on`` and MT-bench, with intervals) against the minutes that made the draft, for the best recipe at
-    several budgets; ``before``: the same recipe's frontier before (drawn faint); ``here`` = (minutes, τ) of this
-    run, ``bar`` = the τ a planned GPU run needs to pay."""
+    several budgets; ``before``: the same recipe's frontier before (drawn faint); ``here`` = (minutes, τ on MT-bench)
+    of this run, on the lab's own prompts; ``bar`` = the τ a planned GPU run needs to pay."""
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     ax = fig.subplots()
     for points, suffix, alpha in ((before or [], f", {before_label}", 0.35), (frontier, "", 1.0)):
@@ -241,7 +241,7 @@ def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = Non
                         fmt=style, capsize=3, alpha=alpha, label=f"best recipe, {s}{suffix}")
     if here is not None:
         ax.plot([here[0]], [here[1]], "*", markersize=14, color="tab:purple",
-                 label="this run (its own held-out prompts, this CPU's minutes)")
+                label="this run on MT-bench (the lab's prompts, this CPU's minutes)")
     if bar is not None:
         ax.axhline(bar, color="tab:green", ls=":", label=f"τ the planned GPU run needs ({bar:.2f})")
     ax.axhline(1.0, color="grey", lw=0.8)

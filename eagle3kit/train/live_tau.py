@@ -98,5 +98,5 @@ def trajectory(history: list[dict]) -> str | None:
             f"highest {taus[best]:.3f} at step {steps[best]}, {taus[best] - taus[-1]:.3f} above the last")
     prompts = next((r[TAU_PROMPTS] for r in reversed(history) if r.get(TAU_PROMPTS)), None)
     return (f"live τ: {taus[0]:.3f} at step {steps[0]}, {taus[-1]:.3f} at step {steps[-1]} ({peak}); measured on "
-            f"{prompts or 'a few'} held-out prompts, a rough guide while training: notebook 06 measures τ on every "
-            "held-out prompt")
+            f"{prompts or 'a few'} prompts kept out of training, a rough guide while training: notebook 06 measures "
+            "τ on all of its held-out set")

@@ -13,7 +13,7 @@ class TrainSettings:
     """Everything besides the draft and the data that defines a run (speculators' names and defaults where they
     have one; ``total_seq_len`` and ``seed`` differ: 8192 and 42 in ``speculators train``)."""
 
-    lr: float = 1e-3  # the recipe lab's round-1 lever (bench/results/recipe.md)
+    lr: float = 1e-3
     # 512 tokens a step on a CPU: the recipe lab's `pack-512`, the one lever that beat its base at both 5 and 10 CPU
     # minutes (bench/results/recipe.md). A GPU run (eagle3kit launch) gets speculators' 8192 unless given.
     total_seq_len: int = 512
