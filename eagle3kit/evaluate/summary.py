@@ -16,14 +16,6 @@ from eagle3kit.evaluate.vllm.gate import VllmGate
 from eagle3kit.evaluate.vllm.serve import VllmCheck
 
 
-def overall(records: list[scores.PromptScore]) -> dict[str, float]:
-    """τ over a set's prompts as the lab and the benchmarks state it: the mean over prompts with its 95 % interval,
-    and the pooled τ (all accepted tokens over all rounds, as vLLM's aggregate counters give)."""
-    row = scores.summarise(records).iloc[-1]
-    return {"tau": round(float(row["tau"]), 3), "low": round(float(row["low"]), 3),
-            "high": round(float(row["high"]), 3), "pooled": round(float(row["pooled"]), 3)}
-
-
 @dataclass
 class BenchScores:
     """One draft on one named set: per-prompt records by engine ("simulated", and "vLLM" when it ran)."""
@@ -43,7 +35,11 @@ class BenchScores:
         return scores.plot_scores(self.table(), f"{self.name}: τ per category (95% intervals)")
 
     def overall(self, engine: str) -> dict[str, float] | None:
-        return overall(self.records[engine]) if engine in self.records else None
+        if engine not in self.records:
+            return None
+        row = scores.summarise(self.records[engine]).iloc[-1]
+        return {"tau": round(float(row["tau"]), 3), "low": round(float(row["low"]), 3),
+                "high": round(float(row["high"]), 3), "pooled": round(float(row["pooled"]), 3)}
 
     def per_category(self, engine: str) -> dict[str, float]:
         table = scores.summarise(self.records.get(engine, []))
