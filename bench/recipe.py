@@ -420,7 +420,7 @@ def main() -> int:
                              float(b)) for name in args.beside.split(",") for b in args.beside_at.split(",")]
     for key, chosen in (("demo", args.demo), ("full", args.full)):
         if chosen and args.keep_rows:  # a preset chosen from this frontier, for the kind of CPU it ran on
-            context.setdefault("frontier_presets", {})[key] = demo_view(chosen, args.budget, frontier,
+            context.setdefault("frontier_presets", {})[key] = demo_view(chosen, args.budget, frontier + beside,
                                                                         args.scale_data)
         elif chosen:
             context[key] = demo_view(chosen, args.budget, rows + checks + frontier, args.scale_data)
@@ -432,8 +432,9 @@ def main() -> int:
                       [recipes.LabRow.from_result(r) for r in frontier],
                       [recipes.LabRow.from_result(r) for r in round1.get("frontier", [])],
                       {k: v for k, v in context.items() if k != "regeneration"})
+    lab.beside = beside_rows(beside, lab.frontier)
     recipes.write_summary(lab)
-    RAW.with_suffix(".md").write_text(report(lab, context, round1, beside_rows(beside, lab.frontier)))
+    RAW.with_suffix(".md").write_text(report(lab, context, round1))
     print(f"written to {RAW}, {RAW.with_suffix('.md')} and {recipes.SUMMARY}")
     return 0
 
@@ -481,7 +482,7 @@ def beside_rows(beside: list[dict], frontier: list[recipes.LabRow]) -> list[reci
     return [recipes.LabRow.from_result(r).with_delta(at.get(r["budget"])) for r in beside]
 
 
-def report(lab: recipes.Lab, context: dict, round1: dict, beside: list[recipes.LabRow] | None = None) -> str:
+def report(lab: recipes.Lab, context: dict, round1: dict) -> str:
     """bench/results/recipe.md: the round-2 rows, the checks at the second budget, the frontier beside round 1's."""
     shown = {k: v for k, v in context.items() if k not in ("regeneration", "not_run", "failed")}
     md = ["# The recipe lab (`bench/recipe.py`), round 2", "",
@@ -508,9 +509,9 @@ def report(lab: recipes.Lab, context: dict, round1: dict, beside: list[recipes.L
         md += ["", "## The best recipe against minutes", "",
                f"On {on.get('cpus')} CPUs {'with' if on.get('native_bf16') else 'without'} native bf16 "
                f"(torch {on.get('torch')}).", "", markdown_table(recipes.table(lab.frontier))]
-        if beside:
+        if lab.beside:
             md += ["", "Levers on top of it, at the same budget (Δ paired against the frontier point of that budget):",
-                   "", markdown_table(recipes.table(beside))]
+                   "", markdown_table(recipes.table(lab.beside))]
     if round1:
         old = [recipes.LabRow.from_result(r) for r in round1.get("frontier", [])]
         md += ["", "## Round 1 (another host: AVX512-BF16, the dense step; `round1` in recipe.json)", "",

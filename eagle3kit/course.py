@@ -92,11 +92,23 @@ def verdict(s06: dict) -> str:
     slower, faster = [w for w, r in known.items() if r < 1], [w for w, r in known.items() if r >= 1]
     pays = f"it pays above τ {_tau(s06.get('break_even_there'))} there"
     if not faster:
-        return (f"Verdict: this draft slows decoding {' and '.join(slower)}; do not serve it yet ({pays}; what "
+        said = (f"Verdict: this draft slows decoding {' and '.join(slower)}; do not serve it yet ({pays}; what "
                 "more minutes of training buy is below).")
-    if not slower:
-        return f"Verdict: this draft speeds decoding {' and '.join(faster)}; serve it."
-    return f"Verdict: this draft speeds decoding {' and '.join(faster)} but slows it {' and '.join(slower)}."
+    elif not slower:
+        said = f"Verdict: this draft speeds decoding {' and '.join(faster)}; serve it."
+    else:
+        said = f"Verdict: this draft speeds decoding {' and '.join(faster)} but slows it {' and '.join(slower)}."
+    return said + _too_close(s06)
+
+
+def _too_close(s06: dict) -> str:
+    """Where the break-even τ of the planned GPU run lies inside the interval of this run's τ: that side of the
+    verdict is not settled by these prompts."""
+    interval, bar = s06.get("tau_vllm_interval"), s06.get("break_even_there")
+    if not interval or bar is None or not interval[0] <= bar <= interval[1]:
+        return ""
+    return (f" On the GPU side it is too close to call: the break-even τ {bar:.2f} lies inside this τ's 95 % interval "
+            f"[{interval[0]:.2f}, {interval[1]:.2f}] over its {s06.get('vllm_prompts')} prompts.")
 
 
 def why(s06: dict) -> str:
@@ -127,40 +139,91 @@ def why(s06: dict) -> str:
     return " ".join(parts)
 
 
-def handoff(workdir: str | os.PathLike, s01: dict, s04: dict, s06: dict, n_gpus: int = 8) -> list[str]:
-    """The GPU hand-off for the user's own verifier and conversations, in order: plan, data, doctor, YAML, a
-    rehearsal, speculators' trainer under torchrun, the doctor on its checkpoint, serving. Notebook 05 ran the same
-    launch and rehearsal on this run's SmolLM2 data (its YAML: ``launch_05/run.yaml``)."""
+def handoff(workdir: str | os.PathLike, s06: dict, n_gpus: int = 8) -> list[tuple[str, str]]:
+    """The GPU hand-off for the user's own verifier and conversations, in order, as (command, what it gives): plan,
+    data, doctor, YAML, a rehearsal, speculators' trainer under torchrun, the doctor on its checkpoint, serving.
+    Notebook 05 ran the same launch and rehearsal on this run's SmolLM2 data (its YAML: ``launch_05/run.yaml``)."""
     verifier, gpu = s06.get("plan_verifier", "llama-3.1-8b"), s06.get("plan_gpu", "H100-80GB")
-    yaml = Path(workdir) / LAUNCH_05 / "run.yaml"
-    rehearsed = f" (notebook 05 rehearsed `{yaml}` the same way)" if yaml.exists() else ""
-    return [f"`eagle3kit plan --verifier $VERIFIER --gpu {gpu} --gpus {n_gpus}`: disk, GPU memory per rank and hours "
-            f"before anything runs (this run planned `{verifier}`).",
-            "the `eagle3kit data` line `plan` printed, with `--source chats.jsonl --out $DATA` (its `--seq-length` and "
-            "`--draft-vocab-size` are the plan's): the verifier's hidden states for your conversations, bf16 on a GPU; "
-            "then `eagle3kit doctor --data $DATA`.",
-            f"`eagle3kit launch --data $DATA --out $RUN --gpus {n_gpus} --gpu {gpu}`: speculators' TrainConfig YAML, "
-            "checked to fit, and the torchrun line.",
-            f"`eagle3kit rehearse --config $RUN/run.yaml --out $RUN/rehearsal --ranks 2 --steps 2 --compare`: a few "
-            f"steps of speculators' own trainer first, beside eagle3kit's session{rehearsed}.",
-            f"`{torchrun_command(RUN_YAML, n_gpus).replace(RUN_YAML, '$RUN/run.yaml')}`: the real run (add "
-            "`--fsdp-shard` for FSDP2).",
-            "`eagle3kit doctor --draft $RUN/checkpoints/checkpoint_best --data $DATA --why-tau`, then "
-            "`vllm serve $RUN/checkpoints/checkpoint_best`."]
+    rehearsed = (f" (notebook 05 rehearsed its own `{LAUNCH_05}/run.yaml` the same way)"
+                 if (Path(workdir) / LAUNCH_05 / "run.yaml").exists() else "")
+    best = "$RUN/checkpoints/checkpoint_best"
+    return [(f"eagle3kit plan --verifier $VERIFIER --gpu {gpu} --gpus {n_gpus}",
+             f"disk, GPU memory per rank and hours before anything runs (this run planned `{verifier}`)"),
+            ("the `eagle3kit data ...` line `plan` printed, with `--source chats.jsonl --out $DATA`",
+             "the verifier's hidden states for your conversations (bf16 on a GPU), at the plan's `--seq-length` and "
+             "`--draft-vocab-size`"),
+            ("eagle3kit doctor --data $DATA", "the data checked before a GPU-hour is spent on it"),
+            (f"eagle3kit launch --data $DATA --out $RUN --gpus {n_gpus} --gpu {gpu}",
+             "speculators' TrainConfig YAML, checked to fit, and the torchrun line"),
+            ("eagle3kit rehearse --config $RUN/run.yaml --out $RUN/rehearsal --ranks 2 --steps 2 --compare",
+             f"a few steps of speculators' own trainer first, beside eagle3kit's session{rehearsed}"),
+            (torchrun_command(RUN_YAML, n_gpus).replace(RUN_YAML, "$RUN/run.yaml"),
+             "the real run (add `--fsdp-shard` for FSDP2)"),
+            (f"eagle3kit doctor --draft {best} --data $DATA --why-tau", "why its τ is what it is"),
+            (f"vllm serve {best}", "serve it")]
+
+
+def handoff_table(rows: list[tuple[str, str]]) -> str:
+    """:func:`handoff` as a Markdown table: step, command, what it gives."""
+    lines = ["| step | command | what it gives |", "|---|---|---|"]
+    return "\n".join(lines + [f"| {i} | {c if c.startswith('the ') else f'`{c}`'} | {what} |"
+                               for i, (c, what) in enumerate(rows, 1)])
+
+
+def five_lines(s06: dict, lab: Lab) -> list[str]:
+    """The verdict in five lines: τ (one headline, MT-bench beside it), what it buys, whether to serve it, why, and
+    what to do next; every number is one of :func:`details`' with what measured it."""
+    k, engine = s06.get("k"), "vLLM's counters" if s06.get("tau_vllm") is not None else "simulated"
+    prompts = s06.get("vllm_prompts") if s06.get("tau_vllm") is not None else s06.get("held_out_prompts")
+    bench = s06.get("mt-bench_vllm") or s06.get("mt-bench_sim")
+    interval = s06.get("tau_vllm_interval") if s06.get("tau_vllm") is not None else None
+    said = _tau(_headline_tau(s06)) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+    tau = (f"**τ {said}** on {prompts} held-out prompts ({engine}; k = {k}, so at most {k + 1})"
+           + (f"; on MT-bench's {s06.get('mt-bench_prompts')} first turns {bench['tau']:.2f} [{bench['low']:.2f}, "
+              f"{bench['high']:.2f}]" if bench else "") + f"; untrained {_tau(s06.get('tau_untrained'))}.")
+    speed, there = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there")
+    buys_line = "**Buys** " + "; ".join(filter(None, [
+        f"{speed['draft'] / speed['plain']:.2f}x here (vLLM CPU build, {s06.get('vllm_batch')} sequences together)"
+        if speed else "",
+        f"{there:.2f}x predicted for a {s06.get('plan_verifier')} draft that accepts as this one does, on one "
+        f"{s06.get('plan_gpu')} at batch {s06.get('serve_batch')} (it pays there above τ "
+        f"{_tau(s06.get('break_even_there'))})" if there is not None else ""])) + "."
+    acc, outside = s06.get("acceptance_there") or [], s06.get("outside_vocab_share")
+    trained_acc, val_acc = s06.get("train_full_acc_0"), s06.get("val_full_acc_0")
+    causes = [f"its first draft token is accepted in {acc[0]:.0%} of rounds" if acc else "",
+              f"{outside:.0%} of reply tokens lie outside its vocab" if outside else "",
+              f"it memorised (first guess right {trained_acc:.2f} on training, {val_acc:.2f} on validation)"
+              if trained_acc is not None and val_acc is not None and trained_acc - val_acc >= MEMORISED_GAP else ""]
+    why_line = "**Why** " + "; ".join(filter(None, causes)) + " (notebook 07 looks closer)."
+    return [tau, buys_line, "**So** " + verdict(s06).removeprefix("Verdict: "), why_line,
+            "**Next** " + (reaches(lab, s06.get("break_even_there")) or "see what more minutes buy, below.")]
+
+
+def details(s06: dict) -> list[str]:
+    """Every number of :func:`five_lines`, in full, with what measured it (and the decode loop's correctness check,
+    apart)."""
+    return ["**τ.** " + " ".join(headline(s06)), "**What it buys.** " + " ".join(buys(s06)),
+            "**Why.** " + why(s06)]
+
+
+def details_markdown(workdir: str | os.PathLike) -> str:
+    """Every number of the conclusion's five lines in full (:func:`details`), as Markdown: notebook 06's appendix."""
+    return "\n\n".join(details(read_summary(workdir, "06") or {}))
 
 
 def conclusion(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
-    """Notebook 06's closing section as Markdown, from the run's summaries and the recipe lab."""
-    s01, s04, s06 = (read_summary(workdir, nn) or {} for nn in ("01", "04", "06"))
+    """Notebook 06's closing section as Markdown, from the run's summaries and the recipe lab: five lines, what more
+    minutes buy, what to change, the GPU hand-off (every number in full: :func:`details_markdown`)."""
+    s04, s06 = (read_summary(workdir, nn) or {} for nn in ("04", "06"))
     lab = lab or read_lab()
-    parts = ["## Conclusion", "**The verdict.** " + " ".join(headline(s06)),
-             "**What it buys.** " + " ".join(buys(s06)), "**Why it is what it is.** " + why(s06),
-             "**What more minutes buy** (the recipe lab's best recipe at each budget, measured on this verifier at "
-             "CPU scale; a GPU run lands elsewhere):",
+    parts = ["## Conclusion", "\n".join(f"{i}. {line}" for i, line in enumerate(five_lines(s06, lab), 1)),
+             "### What more minutes buy",
+             "The recipe lab's best recipe at each budget, measured on this verifier at CPU scale (a GPU run lands "
+             "elsewhere); the last column runs the point in these notebooks.",
              frontier_table(lab, s06.get("minutes_to_make"), _headline_tau(s06), conversations_here=s04.get(
                  "samples"), steps=s06.get("train_steps_total"), bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau")),
-             prompt_sets(lab, s06.get("held_out_prompts")), minutes_caveat(lab),
-             reaches(lab, s06.get("break_even_there")),
-             "**What to change.**", "\n".join(f"- {line}" for line in to_change(lab, s06, s04)),
-             "**On GPUs.**", "\n".join(f"{i}. {line}" for i, line in enumerate(handoff(workdir, s01, s04, s06), 1))]
+             " ".join(filter(None, [prompt_sets(lab, s06.get("held_out_prompts")), minutes_caveat(lab)])),
+             "### What to change", "\n".join(f"- {line}" for line in to_change(lab, s06, s04)),
+             "### On GPUs: your verifier, your conversations", handoff_table(handoff(workdir, s06)),
+             "Every number of the five lines, in full and with what measured it: the appendix."]
     return "\n\n".join(parts)

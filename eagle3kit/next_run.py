@@ -40,17 +40,28 @@ def frontier_table(lab: Lab, minutes: float | None = None, tau: float | None = N
     its headline τ (its own held-out prompts, another set than the lab's), and ``bench_tau``, its MT-bench τ (the
     lab's same 80 prompts, the column to compare)."""
     head = ["CPU minutes (data + training)", "conversations", "training steps", f"τ {on} [95 %]",
-            "τ mt-bench [95 %]"]
+            "τ mt-bench [95 %]", "to run it"]
     rows = []
-    for r in sorted(lab.frontier, key=lambda r: r.minutes):
-        rows.append([f"{r.minutes:.1f}", str(conversations(r, lab) or "?"), str(r.steps),
-                     *(str(r.tau[s]) if s in r.tau else "" for s in (on, "mt-bench"))])
+    for r in points(lab):
+        rows.append([point_label(r, lab), str(conversations(r, lab) or "?"), str(r.steps),
+                     *(str(r.tau[s]) if s in r.tau else "" for s in (on, "mt-bench")), run_it(r, lab)])
     if minutes is not None and tau is not None:
         rows.append([f"{minutes:.1f} (this run, this CPU)", str(conversations_here or ""), str(steps or ""),
                      f"{tau:.3f} (the headline τ, on its own held-out prompts: another set)",
-                     f"{bench_tau:.3f} (compare this column)" if bench_tau is not None else ""])
+                     f"{bench_tau:.3f} (compare this column)" if bench_tau is not None else "", ""])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def points(lab: Lab) -> list[LabRow]:
+    """The frontier's points and the levers measured on top of them (``beside``), by minutes, the frontier's first."""
+    return sorted([*lab.frontier, *lab.beside], key=lambda r: (r.minutes, r in lab.beside))
+
+
+def point_label(row: LabRow, lab: Lab) -> str:
+    """A point's minutes, and for a lever on top of the frontier its name (``15.0 + more-data``)."""
+    lever = row.name.split("*")[0].split("+")[-1] if row in lab.beside else ""
+    return f"{row.minutes:.1f}" + (f" + `{lever}`" if lever else "")
 
 
 def prompt_sets(lab: Lab, held_out_here: int | None, on: str = "held-out") -> str:
@@ -106,10 +117,11 @@ def reaches(lab: Lab, tau: float | None, on: str = "held-out") -> str:
     if tau is None or not lab.frontier:
         return ""
     rows = sorted((r for r in lab.frontier if on in r.tau), key=lambda r: r.minutes)
-    hit = next((r for r in rows if r.tau[on].mean >= tau), None)
+    hit = first_reaching(lab, tau, on)
     if hit:
-        return (f"The lab's best recipe reached τ {tau:.2f}, where the planned GPU run pays, at {hit.minutes:.1f} CPU "
-                f"minutes ({hit.tau[on]} on its own {on} prompts; its interval says how sure).")
+        return (f"The lab reached τ {tau:.2f}, the planned GPU run's break-even, at {hit.minutes:.1f} CPU minutes "
+                f"({point_label(hit, lab)}: {hit.tau[on]} on its own {on} prompts; its interval says how sure): "
+                f"{run_it(hit, lab)}.")
     before = sorted((r for r in lab.frontier_before if on in r.tau), key=lambda r: r.minutes)
     old = next((r for r in before if r.tau[on].mean >= tau), None)
     then = (f" The lab's first round, drawn faint in the figure, did reach it at {old.minutes:.0f} minutes "
@@ -117,6 +129,13 @@ def reaches(lab: Lab, tau: float | None, on: str = "held-out") -> str:
     return (f"Within the lab's {rows[-1].minutes:.0f} CPU minutes the best recipe did not reach τ {tau:.2f}, where the "
             f"planned GPU run pays (it reached {rows[-1].tau[on].mean:.2f}); longer budgets were not measured with "
             f"the current training step.{then}")
+
+
+def first_reaching(lab: Lab, tau: float, on: str = "held-out") -> LabRow | None:
+    """The point (:func:`points`) of the fewest minutes whose mean τ on ``on`` reaches ``tau`` (of two at those
+    minutes, the higher τ), None if none does."""
+    rows = sorted((r for r in points(lab) if on in r.tau), key=lambda r: (r.minutes, -r.tau[on].mean))
+    return next((r for r in rows if r.tau[on].mean >= tau), None)
 
 
 def preset_changes(preset: str = "full", base: str = "demo") -> dict[str, dict[str, object]]:
@@ -156,19 +175,21 @@ def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
 
 
 def to_change(lab: Lab, s06: dict | None = None, s04: dict | None = None) -> list[str]:
-    """The exact parameters to change: what this run's diagnosis asks (:func:`levers`), the presets, and the
-    ``--set`` options of each frontier point (said to be a preset where they are one on this CPU)."""
+    """The exact parameters to change: what this run's diagnosis asks (:func:`levers`) and what the ``full`` preset
+    changes (each frontier point's options are in :func:`frontier_table`'s last column)."""
     full = preset_changes()
     said = "; ".join(f"notebook {nn}: " + ", ".join(f"{k}={v}" for k, v in c.items()) for nn, c in full.items())
     lines = levers(s06 or {}, s04 or {}, lab)
     lines.append("`eagle3kit run-notebooks --preset demo` runs the demo; `--preset full` "
                  + (f"changes {said}." if said else "currently sets the demo's values."))
-    for r in sorted(lab.frontier, key=lambda r: r.minutes):
-        same = next((name for name in ("demo", "full") if _is_preset(row_options(r, lab), name)), None)
-        lines.append(f"{r.minutes:.1f} CPU minutes ({r.what}): " + (
-            f"the `{same}` preset's recipe on this CPU" if same else
-            f"`eagle3kit run-notebooks --preset demo {set_options(r, lab)}`"))
     return lines
+
+
+def run_it(row: LabRow, lab: Lab) -> str:
+    """How the notebooks run a frontier point: the preset that is its recipe on this CPU, else the demo with the
+    point's ``--set`` options."""
+    same = next((name for name in ("demo", "full") if _is_preset(row_options(row, lab), name)), None)
+    return f"`--preset {same}` (its recipe on this CPU)" if same else f"`--preset demo {set_options(row, lab)}`"
 
 
 def _is_preset(options: dict[str, object], preset: str) -> bool:

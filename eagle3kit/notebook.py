@@ -54,6 +54,16 @@ def setup(workdir: str | os.PathLike, seed: int | None = None, threads: int | No
     return path
 
 
+def short(path: str | os.PathLike, workdir: str | os.PathLike) -> str:
+    """``path`` as a reader needs it: under ``workdir`` as ``workdir/...``, under the home folder as ``~/...``, else
+    as it is (a notebook prints where it wrote, not this machine's folders)."""
+    path = Path(path).resolve()
+    for base, said in ((Path(workdir).resolve(), "workdir"), (Path.home().resolve(), "~")):
+        if path.is_relative_to(base):
+            return str(Path(said) / path.relative_to(base))
+    return str(path)
+
+
 def training_data(workdir: str | os.PathLike, verifier: str, seed: int = 0, rebuild: bool = False,
                   progress: bool = True) -> DataDir:
     """Notebook 04's data when it is complete (and not ``rebuild``); else the small set of :data:`SMALL_DATA` in

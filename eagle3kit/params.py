@@ -1,4 +1,5 @@
-"""A notebook's ``parameters`` cell as papermill reads it, and the check of the values a run would pass it.
+"""A notebook's ``parameters`` cell as papermill reads it, the check of the values a run would pass it, and the one
+parameters cell an executed notebook keeps (:func:`fold_injected`).
 
 Each parameter's type is the one papermill infers (an annotated parameter), else its default's (``ttt_steps = 3``:
 an integer); a parameter whose default is ``None`` takes its rule's type. Its range is the library's own rule for a
@@ -9,6 +10,7 @@ value of that name (:mod:`eagle3kit.validate`). Notebook parameters are strings 
 from __future__ import annotations
 
 import ast
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,3 +77,48 @@ def check_values(path: str | os.PathLike, values: dict[str, Any], sources: dict[
         if name in declared and (why := declared[name].problem(value)):
             origin = f" (from {sources[name]})" if sources and name in sources else ""
             raise ParameterError(f"{Path(path).name}: parameter {name}={value!r}{origin} is not allowed: {why}.")
+
+
+AS_RUN = "parameters-as-run"  # the tag of an executed notebook's parameters cell once papermill's values are in it
+
+
+def fold_injected(path: str | os.PathLike, preset: str) -> bool:
+    """Write papermill's injected values into the executed notebook's ``parameters`` cell and drop the injected cell,
+    so a reader sees one cell holding the values that ran (each default's comment kept). False when there is
+    nothing to fold."""
+    target = Path(path)
+    nb = json.loads(target.read_text())
+    tags = [c.get("metadata", {}).get("tags", []) for c in nb["cells"]]
+    cell = next((c for c, t in zip(nb["cells"], tags, strict=True) if "parameters" in t), None)
+    injected = next((c for c, t in zip(nb["cells"], tags, strict=True) if "injected-parameters" in t), None)
+    if cell is None or injected is None:
+        return False
+    values = {node.targets[0].id: ast.get_source_segment(src, node.value)
+              for src in ["".join(injected["source"])] for node in ast.parse(src).body
+              if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+    cell["source"] = _with_values("".join(cell["source"]), values, preset).splitlines(keepends=True)
+    cell["metadata"]["tags"] = [*cell["metadata"].get("tags", []), AS_RUN]
+    nb["cells"].remove(injected)
+    target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return True
+
+
+def _with_values(source: str, values: dict[str, str], preset: str) -> str:
+    """``source`` (a parameters cell) with each assignment's value replaced by ``values[name]``, its comment kept in
+    its column where it fits; names it does not assign are added at the end; its head comment says what ran."""
+    lines = source.splitlines()
+    done = set()
+    for node in ast.parse(source).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        name = getattr(target, "id", None)
+        if name in values and node.lineno == node.end_lineno:
+            line = lines[node.lineno - 1]
+            code, comment = line[:node.value.end_col_offset], line[node.value.end_col_offset:]
+            code = code[:node.value.col_offset] + values[name]
+            lines[node.lineno - 1] = code + (comment.strip() and " " * max(2, len(line) - len(comment.lstrip())
+                                                                         - len(code)) + comment.strip())
+            done.add(name)
+    head = [f"# The values this run used: the `{preset}` preset (`eagle3kit run-notebooks --preset {preset}`) over the"
+            " notebook's defaults."]
+    first_code = next((i for i, line in enumerate(lines) if line.strip() and not line.startswith("#")), len(lines))
+    return "\n".join([*head, *lines[first_code:], *(f"{k} = {v}" for k, v in values.items() if k not in done)])

@@ -20,6 +20,7 @@ from eagle3kit import params, presets
 from eagle3kit.atomic import write_text
 from eagle3kit.errors import UserError
 from eagle3kit.outputs import check_output
+from eagle3kit.params import fold_injected
 from eagle3kit.tables import markdown_table
 
 @dataclass
@@ -165,6 +166,8 @@ def run_notebooks(
         except Exception as exc:  # papermill raises PapermillExecutionError; anything else is reported too
             cell, error = _failure(target) if target.exists() else (None, f"{type(exc).__name__}: {exc}")
             result = NotebookResult(path.name, "failed", time.perf_counter() - t0, cell, error)
+        if target.exists():
+            fold_injected(target, preset)  # one parameters cell, holding the values that ran
         result.summary = read_summary(workdir, path.name[:2])
         results.append(result)
         if progress:

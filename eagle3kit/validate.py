@@ -73,7 +73,7 @@ def _positive(note: str = "", none: bool = False) -> Rule:
 RULES: dict[str, Rule] = {
     # the draft (DraftSpec)
     "num_layers": _at_least(1, "a draft needs at least one decoder layer"),
-    "ttt_steps": _at_least(1, "test-time-training steps"),
+    "ttt_steps": _at_least(1, "training-time-test (TTT) steps"),
     "draft_arch": Rule(str, choices=("llama", "qwen3"), note="the EAGLE-3 drafts vLLM serves"),
     "draft_vocab_size": _at_least(1, none=True, note="none: the verifier's whole vocab"),
     "sliding_window": _at_least(0, "0: full attention"),

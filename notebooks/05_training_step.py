@@ -32,7 +32,7 @@
 # hand the very same run to `speculators train` on N GPUs.
 
 # %% tags=["parameters"]
-# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` writes its values here in the executed copy.
 verifier = "smollm2"        # used when the data has to be built here
 data_dir = ""               # "": notebook 04's workdir/data if complete, else the small set (shared with 06) built here
 rebuild_data = False        # build the small data set here (again) even if notebook 04's exists
@@ -60,20 +60,22 @@ import time
 import torch
 
 from eagle3kit.data.directory import DataDir
+from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.plots import plot_batch
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.figures import show_widget
 from eagle3kit.logs import quiet
-from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, setup, training_data
+from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, setup, short, training_data
 from eagle3kit.runner import record_summary
-from eagle3kit.train import launch
-from eagle3kit.train.anatomy import open_step
+from eagle3kit.train import launch, live_tau
+from eagle3kit.train.anatomy import open_step, ttt_loop
 from eagle3kit.train.checkpoint import CheckpointError, resume_matches, saved_step
 from eagle3kit.train.live_tau import trajectory
 from eagle3kit.train.overfit import overfit, plot_overfit
 from eagle3kit.train.plots import plot_metrics, plot_step
 from eagle3kit.train.session import TrainingDiverged, TrainSession, step_columns
 from eagle3kit.train.stepper import TrainingStepper
+from eagle3kit.train.validation import sets_table
 
 workdir = setup(workdir, seed=seed)
 
@@ -101,6 +103,7 @@ print(f"data: {data} ({len(session.batches.dataset)} of its {data.n_samples} sam
 print(f"draft: {b.spec.num_layers} layer(s), aux layers {b.aux_layer_ids}, draft vocab {b.config.draft_vocab_size}, "
       f"attention {b.attention.implementation} (the draft's config, what vLLM and speculators' trainer build), loss "
       f"{session.settings.loss_implementation}, device {session.device}; the training forward here: {session.attention}")
+sets_table(session, len(held_out_conversations(session.data)), live_tau.PROMPTS)
 if warm_start_layer is not None:
     print(f"warm start: the draft layer, fc and norm start from verifier layer {warm_start_layer} "
           "(eagle3kit.draft.warm_start)")
@@ -154,7 +157,7 @@ plot_step(record)
 # once per TTT step *s*: each position reads the token *s* places ahead (`embed_tokens`, teacher forcing: the
 # verifier's own next tokens stand in for the draft's guesses), the decoder layer reads [embedding, hidden state]
 # under the mask of notebook 03 (at step *s* > 0 its hidden state is its own output from step *s* − 1: that is the
-# test-time training), and `lm_head` gives the draft's logits on the rows that carry loss. Step *s*'s logits at
+# training-time test), and `lm_head` gives the draft's logits on the rows that carry loss. Step *s*'s logits at
 # position *i* are trained toward the verifier's distribution at position *i* + *s*: the loss is one KL divergence a
 # TTT step, added up. On a CPU eagle3kit's block-sparse step (the training forward printed above) runs `lm_head` only
 # on the rows that carry loss, so its row count is below the pack's.
@@ -162,6 +165,17 @@ plot_step(record)
 # %%
 display(opened.calls)
 print(opened.losses(session.ttt_steps))
+
+# %% [markdown]
+# The loop itself, as speculators writes it (its installed source, comments and line breaks removed): per TTT step the
+# embedding of the token each position reads, the decoder layer over [embedding, hidden state] (whose output is the
+# next step's hidden state), the logits, the loss terms (`compute_metrics`), teacher forcing (`input_ids` shifted one
+# more place), and the mask extended for one more step. This is what a GPU runs; on this CPU eagle3kit's block-sparse
+# forward computes the same loss and gradients with fewer rows (`eagle3kit.train.forward`, held to this loop at 1e-5
+# by its tests).
+
+# %%
+print(ttt_loop())
 
 # %% [markdown]
 # ## The next batch and its mask
@@ -183,7 +197,9 @@ plot_batch(batch["document_ids"], session.ttt_steps, batch["loss_mask"])
 # Loss and accuracy are not what the draft is for: **τ** is. Every `tau_every` steps the session measures the draft's
 # simulated τ on a few held-out prompts (the verifier's replies are written once, here; later measurements run the draft
 # alone), as SpecForge picks checkpoints by its simulated acceptance (which leaves the bonus token out). The stepper
-# draws it beside loss and accuracy; `eagle3kit train --eval-every N --keep-best-tau` keeps the best checkpoint.
+# draws it beside loss and accuracy. On a few prompts it is a rough guide: one measurement moves by a few tokens'
+# luck. `eagle3kit train --eval-every N --keep-best-tau` keeps the checkpoint of the best live τ, worth it only with
+# more prompts than the few here.
 
 # %%
 if tau_every:
@@ -247,7 +263,7 @@ from speculators.model import SpeculatorModel
 exported = session.export(workdir / "draft_05")
 with quiet():  # speculators' loader logs every file it opens
     loaded = SpeculatorModel.from_pretrained(str(exported))
-print(type(loaded).__name__, "loaded from", exported, "- fc weights equal:",
+print(type(loaded).__name__, "loaded from", short(exported, workdir), "- fc weights equal:",
       torch.equal(loaded.fc.weight, session.model.fc.weight))
 
 # %% [markdown]
@@ -257,13 +273,17 @@ print(type(loaded).__name__, "loaded from", exported, "- fc weights equal:",
 # written out. Below: whether it fits (the step's memory on one H100-80GB a rank, and the disk its checkpoints
 # need under the plan's folder), the YAML's head and its path, the command, and a table of the fields the YAML sets
 # where eagle3kit's value differs from the `speculators train` default, with why. The command runs it with `torchrun`
-# (add `--fsdp-shard` to shard with FSDP2).
+# (add `--fsdp-shard` to shard with FSDP2). On N ranks each step takes N packs, so an epoch is N times fewer steps:
+# the YAML's `epochs` is set so that `max_steps`, the LR schedule's horizon, is what ends the run (the line under the
+# command says after how many epochs of this small data set).
 
 # %%
-plan = launch.write_plan(session.build, session.settings, data, workdir / "launch_05", n_gpus=n_gpus, warn=False)
+on_gpus = session.settings.for_ranks(len(session.batches), n_gpus)  # epochs that hold max_steps on n_gpus ranks
+plan = launch.write_plan(session.build, on_gpus, data, workdir / "launch_05", n_gpus=n_gpus, warn=False)
 print(plan.fit)  # its GPU memory a rank, and the disk its checkpoints need here
 print(plan.head())
 print(plan.command)
+print(on_gpus.ending(len(session.batches), n_gpus))  # speculators stops at max_steps or after epochs, the first
 fields = launch.explain_plan(plan)
 differs = fields[fields["differs"] == "yes"]
 print(f"{len(fields)} fields written; {len(fields) - len(differs)} are speculators' defaults, the {len(differs)} below "

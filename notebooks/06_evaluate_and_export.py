@@ -25,19 +25,13 @@
 # k = 3, so the ceiling is **4**. (The EAGLE-3 paper's τ ≈ 6 for LLaMA-3.1-8B comes from a *tree* of drafts, up to 7–8
 # tokens deep, and a draft trained on hundreds of thousands of conversations; a chain of k = 3 cannot reach it.)
 #
-# Three measurements, each labelled by what it is:
-#
-# * **simulated τ**: the verifier's greedy reply fed, teacher-forced, through speculators' own `Eagle3DraftModel`
-#   (eagle3kit, transformers, float32): cheap, on every held-out prompt;
-# * **vLLM's τ**: the export served by vLLM's CPU build, counted by vLLM's own spec-decode counters (the headline,
-#   when `vllm_check` is on);
-# * **the decode loop**: eagle3kit's own speculative loop, one prompt at a time. It is a *correctness check* (the output
-#   must equal plain greedy decoding token for token), not a τ measurement to compare with the two above.
-#
-# Terms: [docs/glossary.md](../docs/glossary.md).
+# **One headline τ:** vLLM's own spec-decode counters on the held-out prompts, with MT-bench's first turns beside it.
+# Before vLLM, eagle3kit *simulates* τ (the verifier's reply teacher-forced through the draft: cheap, and what the live
+# τ of training is); the simulation, the other ways tools count τ and eagle3kit's own decode loop (a correctness check,
+# not a τ) are in the appendix, each labelled. Terms: [docs/glossary.md](../docs/glossary.md).
 
 # %% tags=["parameters"]
-# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` writes its values here in the executed copy.
 verifier = "smollm2"        # used when the data has to be built here
 resume_from_05 = True       # continue notebook 05's checkpoint (workdir/checkpoint_05) when it is there
 train_steps = 20            # steps trained in this notebook (on top of notebook 05's)
@@ -68,7 +62,7 @@ import torch
 
 from IPython.display import Markdown
 
-from eagle3kit.course import conclusion, minutes_caveat
+from eagle3kit.course import conclusion, details_markdown, minutes_caveat
 from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.evaluate import acceptance as ev
@@ -89,11 +83,11 @@ from eagle3kit.verifier import load_model, load_tokenizer
 workdir = setup(workdir)
 
 # %% [markdown]
-# ## The training session and the untrained draft
+# ## The training session, and an untrained draft to compare with
 #
 # The session continues notebook 05's checkpoint when there is one (same data, draft and optimizer state), else it
 # starts on notebook 04's data. The *untrained* draft has the same config, vocab mapping and verifier-owned weights
-# (embedding, `lm_head`), and freshly initialised trainable layers.
+# (embedding, `lm_head`), and freshly initialised trainable layers: it shows what training added.
 
 # %%
 t0 = time.perf_counter()
@@ -113,8 +107,8 @@ print(f"draft: vocab {build.config.draft_vocab_size}, aux layers {build.aux_laye
 # %% [markdown]
 # ## Held-out prompts and the verifier's greedy continuations
 #
-# The prompts are the first user turns of conversations that notebook 04 kept out of training. Both measurements use
-# the same greedy continuation of each prompt, so they measure the same thing.
+# The prompts are the first user turns of conversations that notebook 04 kept out of training. The simulation below
+# and vLLM score the same greedy continuation of each prompt, so they measure the same thing.
 
 # %%
 held_out = held_out_conversations(session.data)
@@ -127,25 +121,6 @@ print(f"{len(prompts)} prompts, {n_tokens} greedy tokens in {greedy_seconds:.1f}
       "continuations; speed is compared at the end, measured the same way with and without the draft)")
 print("prompt:", repr(tokenizer.decode(prompts[0][0])[-200:]))
 print("greedy:", repr(tokenizer.decode(conts[0])[:300]))
-
-# %% [markdown]
-# ## Untrained draft: τ ≈ 1
-#
-# `tau_simulated` is τ along the rounds a decode loop takes (start after the first token, jump by accepted + 1).
-# `tau_all_starts` averages a round starting at *every* position. `acc_i` is the **conditional** acceptance over
-# every start position (as `tau_all_starts`, which the chart's legend gives): the rate at which draft token *i* is
-# accepted *given that the ones before it were*. The untrained draft's decode loop (the correctness check) runs on at
-# most two prompts: `lossless` counts them, and a decode-loop τ (`tau_decode`) appears only where the loop ran on
-# every prompt, since on fewer it is no τ of the set. Three τ of one draft appear below: `tau_simulated` (rounds
-# along the decode walk, what an engine runs), `tau_all_starts` (a round from every position, the chart's legend: a
-# different way of counting, not another measurement) and, further down, vLLM's: the headline, which the first checks.
-
-# %%
-sim = {"untrained": ev.simulate(verifier_model, untrained, prompts, conts, k, states=states)}
-n_decode = n_decode_prompts or len(prompts)
-real = {"untrained": ev.decode(verifier_model, untrained, prompts[:min(2, n_decode)], conts[:min(2, n_decode)], k,
-                               tokenizer.eos_token_id)}
-ev.summary_table(sim, real, len(prompts))
 
 # %% [markdown]
 # ## Train
@@ -167,18 +142,22 @@ print(f"{train_steps} steps in {train_seconds:.0f}s ({train_seconds / max(1, tra
       f"{session.global_step} steps in total")
 if trajectory(session.history):
     print(trajectory(session.history))
-session.model.eval()
 plot_metrics(session.history)
 
 # %% [markdown]
-# ## Trained draft: τ simulated, and the decode loop's correctness check
+# ## τ simulated on the held-out prompts
 #
-# The decode loop's output is compared with plain greedy decoding (`lossless`: prompts where every token is equal).
-# It decodes one prompt at a time, so `n_decode_prompts` can keep it to the first few; the simulation (and vLLM
-# below) use all of them. After each prompt, plain greedy decoding of the same prompt, one at a time, is timed too:
-# the loop's speed is only ever compared with that.
+# The verifier's greedy reply is fed, teacher-forced, through speculators' own `Eagle3DraftModel` (transformers,
+# float32), rounds taken as a decode loop takes them; eagle3kit's own speculative decode loop runs beside it as a
+# correctness check (its output must equal plain greedy decoding token for token). One line here; the tables, the
+# per-position chart and the other conventions are in the appendix.
 
 # %%
+session.model.eval()
+sim = {"untrained": ev.simulate(verifier_model, untrained, prompts, conts, k, states=states)}
+n_decode = n_decode_prompts or len(prompts)
+real = {"untrained": ev.decode(verifier_model, untrained, prompts[:min(2, n_decode)], conts[:min(2, n_decode)], k,
+                               tokenizer.eos_token_id, progress=False)}
 held_parts = ev.simulate_each(verifier_model, session.model, prompts, conts, k, states=states)
 held_prompts = [benchmarks.cut_user_turn(tokenizer, p, max_prompt_tokens)
                 for p in benchmarks.held_out_set(held_out, len(prompts))]
@@ -186,30 +165,9 @@ held_records = scores.from_simulation(held_prompts, held_parts)
 sim["trained"] = ev.merge(held_parts)
 real["trained"] = ev.decode(verifier_model, session.model, prompts[:n_decode], conts[:n_decode], k,
                             tokenizer.eos_token_id, baseline=True)
-table = ev.summary_table(sim, real, len(prompts))
-display(table)
-for name in sim:
-    print(f"{name}: simulated τ {sim[name].tau:.3f} on {len(prompts)} held-out prompts | correctness check: the decode "
-          f"loop's output equals plain greedy decoding on {real[name].lossless}/{real[name].prompts} prompt(s)")
-ev.plot_acceptance(sim)
-
-# %% [markdown]
-# ## Advanced · τ as other tools count it
-#
-# *Skip on a first read: this only converts τ between tools' conventions.*
-#
-# Tools disagree on whether the bonus token counts. eagle3kit's τ counts it, as the EAGLE papers and vLLM's "mean
-# acceptance length" do; so does speculators' `eal` metric (`compute_accepted_length_counts`, "vLLM's convention").
-# SpecForge's `simulated_acc_len` = acc₀ + acc₀·acc₁ + … (acc_i: conditional acceptance per draft position) does not,
-# and neither does the sum of speculators' EAGLE-3 training accuracies `full_acc_i` (**cumulative** rates: the share
-# of rounds whose first *i* draft tokens were all accepted, against the **conditional** `acc_i` above). **Conversion:
-# τ = simulated_acc_len + 1.** The first row is the simulated τ above (rounds along the decode walk, as vLLM runs
-# them); the next ones count a round from *every* start position, as the EAGLE papers' per-position rates do, so they
-# differ from the first by that alone; the last row comes from the last training batch, so it differs by the data.
-
-# %%
-last = session.history[-1]
-conventions.table(sim["trained"], full_acc=[last[f"full_acc_{i}"] for i in range(session.ttt_steps)])
+print(f"simulated τ on {len(prompts)} held-out prompts: {sim['trained'].tau:.3f} trained, "
+      f"{sim['untrained'].tau:.3f} untrained | correctness check: the decode loop's output equals plain greedy "
+      f"decoding on {real['trained'].lossless}/{real['trained'].prompts} prompt(s)")
 
 # %% [markdown]
 # ## Export in speculators' format and reload
@@ -230,16 +188,16 @@ same = ev.decode(verifier_model, reloaded, prompts[:1], conts[:1], k, tokenizer.
 print(f"the reloaded draft decodes prompt 0 with the output of plain greedy decoding: {same.lossless == 1}")
 
 # %% [markdown]
-# ## Serve it in vLLM
+# ## Serve it in vLLM: the headline τ
 #
 # The export is what vLLM reads. With `vllm_check`, vLLM's CPU build (its own environment, `.venv-vllm`, made once by
 # `make vllm`) generates greedily from the held-out prompts (token ids) and, in the same run, from the named
 # benchmark's prompts, twice: with the draft and without it. That proves three things: vLLM loads what eagle3kit
 # exported; it measures the same τ with its own spec-decode counters (close, not equal: vLLM counts a reply's last
 # round past the reply's end, so its τ reads a little higher on short replies, and its kernels round differently, so
-# a near tie can go the other way; notebook 07 counts both); and the draft leaves the output unchanged (`lossless`). Both
-# columns' per-position rows are shares of rounds (vLLM's the rounds it ran, the simulation's its decode walk), so
-# each column's rows add up to its τ − 1. The last line is the command that serves the draft on this CPU.
+# a near tie can go the other way; notebook 07 counts both); and the draft leaves the output unchanged (`lossless`).
+# vLLM's counters beside the simulation, position by position, are in the appendix. The last line is the command
+# that serves the draft on this CPU.
 
 # %%
 bench_prompts = benchmarks.load_set(bench, n_bench_prompts or None) if bench else []
@@ -248,7 +206,7 @@ gate = check_in_vllm(out, build.verifier.path, [p[0].tolist() for p in prompts],
                      enabled=vllm_check, groups={bench: bench_ids} if bench else None)
 vllm = gate.check
 if vllm is not None:
-    display(vllm_compare.comparison_table(vllm, sim["trained"], real["trained"], conts))
+    print(summary.vllm_headline(vllm, sim["trained"].tau))
 print("\n".join(gate.lines()))
 
 # %% [markdown]
@@ -276,53 +234,28 @@ else:
     print("skipped: bench = \"\"")
 
 # %% [markdown]
-# ## Speed, measured the same way
+# ## What it buys: speed here, measured, and on the planned GPU, predicted
 #
 # Each row sets tokens/s with the draft beside tokens/s without it **measured the same way**: the same prompts, the
 # same engine, the same batch, warm. vLLM decodes every prompt of its run (the held-out ones and the named set's)
 # together, both engines built before the clock starts; the `batch` column says how many. Then each engine decodes
-# the first few prompts again one at a time (batch 1, as one chat user is served), still warm.
-# eagle3kit's decode loop is a correctness tool (it proves the output unchanged, one prompt at a time): it gets a row
-# only where it ran on every held-out prompt, and then beside plain greedy decoding of the same prompts one at a time,
-# never beside vLLM or a batched run.
+# the first few prompts again one at a time (batch 1, as one chat user is served). Why the draft slows this CPU, from
+# vLLM's own step timings, is in the appendix.
+#
+# Then the same acceptance on the planned GPU run: `eagle3kit plan` (and `doctor --why-tau`) predict the speedup from
+# the verifier's and the draft's counted bytes and FLOPs at a stated bandwidth and compute utilisation, plus engine
+# overheads derived from a published vLLM measurement (`bench/speedup.py` checks the model against published EAGLE-3
+# speedups), with this run's acceptance per position (vLLM's when it ran, else the simulation's).
 
 # %%
 display(vllm_compare.speed_rows(vllm, real["trained"], max_new_tokens, len(prompts)))
-
-# %% [markdown]
-# ## Why: one draft step and one verifier step, measured inside vLLM
-#
-# vLLM timed every engine step of both runs (`worker.StepTimer`): the verifier's forward and logits, the drafter's
-# k forwards, and the rest (scheduling, sampling, the verification's bookkeeping). A round of speculation costs one
-# verifier step over k + 1 tokens a sequence, k draft steps and that rest, and commits τ tokens a sequence; a plain
-# step commits one. So the speedup is τ · t_plain / t_round, and the draft pays above the break-even τ = t_round /
-# t_plain. The prediction below uses those medians and vLLM's τ per position; the measured speedup is the whole
-# generation's (prompt steps included, which the draft does not speed up: they are counted as the plain run spent them).
-
-# %%
 cpu = None
 if vllm is not None and vllm.steps.get("draft") and vllm.steps.get("plain"):
     cpu = round_speed.cpu_prediction(vllm.steps, k, vllm.acceptance_per_pos, vllm.tokens_per_s, vllm.seconds)
-    display(cpu.table())
-    display(round_speed.plot_round(cpu))
-else:
-    print("skipped: vllm_check = False (the step costs are measured inside vLLM's CPU build)")
-
-# %% [markdown]
-# ## Predicted there: the same acceptance on the planned GPU run
-#
-# `eagle3kit plan` (and `doctor --why-tau`) predict the speedup on a GPU from the verifier's and the draft's counted
-# bytes and FLOPs at a stated bandwidth and compute utilisation, plus engine overheads derived from a published vLLM
-# measurement; `bench/speedup.py` checks the model against published EAGLE-3 speedups. Here: this run's acceptance per
-# position (vLLM's when it ran, else the simulation's) for a draft of the planned verifier served by vLLM.
-
-# %%
 acceptance, tau_from = gate.acceptance(sim["trained"])
 there = serving_speed.predict(plan_verifier, plan_gpu, serve_batch, k, acceptance=acceptance)
-display(there.table())
 where = f"{plan_verifier} on one {plan_gpu} at batch {serve_batch}"
-if cpu is not None:
-    print(cpu.why(there.break_even, f"{where} (predicted)", round_speed.bench_row(1)))
+display(there.table())
 
 # %% [markdown]
 # ## Where this run sits: τ against the minutes it cost
@@ -350,7 +283,8 @@ print("\n".join(filter(None, [recipes.strongest_lever(lab), recipes.frontier_lin
                              minutes_caveat(lab)])))
 if lab.frontier:
     display(recipes.plot_frontier(lab.frontier, here=(run_minutes, on_bench["tau"]) if on_bench else None,
-                                  bar=there.break_even, before=lab.frontier_before, before_label=recipes.BEFORE_LABEL))
+                                  bar=there.break_even, before=lab.frontier_before, before_label=recipes.BEFORE_LABEL,
+                                  beside=lab.beside))
 
 # %%
 fit = {"training": split_metrics(session, "train"), "validation": split_metrics(session, "val")}  # no step taken
@@ -387,3 +321,78 @@ Markdown(conclusion(workdir))
 # %% [markdown]
 # **What you have now:** a trained draft exported in speculators' format (`draft_06/`), checked lossless, with its τ.
 # **What to do next:** notebook 07 asks why τ is what it is; then the GPU hand-off above.
+#
+# ---
+#
+# ## Appendix · advanced, skip on a first read
+#
+# Every other way this notebook counted τ, and why the draft slows this CPU.
+#
+# ### The simulation, table and chart
+#
+# `tau_simulated` is τ along the rounds a decode loop takes (start after the first token, jump by accepted + 1): the
+# one vLLM's counters check. `tau_all_starts` averages a round starting at *every* position: a different way of
+# counting, not another measurement. `acc_i` is the **conditional** acceptance over every start position: the rate at
+# which draft token *i* is accepted *given that the ones before it were*. `lossless` counts the prompts the decode
+# loop ran (the untrained draft's on at most two); a decode-loop τ (`tau_decode`) appears only where the loop ran on
+# every prompt, since on fewer it is no τ of the set.
+
+# %%
+display(ev.summary_table(sim, real, len(prompts)))
+ev.plot_acceptance(sim)
+
+# %% [markdown]
+# ### vLLM's counters beside the simulation
+#
+# Both columns' per-position rows are shares of rounds (vLLM's the rounds it ran, the simulation's its decode walk), so
+# each column's rows add up to its τ − 1.
+
+# %%
+if vllm is not None:
+    display(vllm_compare.comparison_table(vllm, sim["trained"], real["trained"], conts))
+else:
+    print("skipped: vllm_check = False")
+
+# %% [markdown]
+# ### The verdict's numbers in full
+#
+# Each number of the conclusion's five lines, with what measured it.
+
+# %%
+Markdown(details_markdown(workdir))
+
+# %% [markdown]
+# ### τ as other tools count it
+#
+# Tools disagree on whether the bonus token counts. eagle3kit's τ counts it, as the EAGLE papers and vLLM's "mean
+# acceptance length" do; so does speculators' `eal` metric (`compute_accepted_length_counts`, "vLLM's convention").
+# SpecForge's `simulated_acc_len` = acc₀ + acc₀·acc₁ + … (acc_i: conditional acceptance per draft position) does not,
+# and neither does the sum of speculators' EAGLE-3 training accuracies `full_acc_i` (**cumulative** rates: the share
+# of rounds whose first *i* draft tokens were all accepted, against the **conditional** `acc_i` above). **Conversion:
+# τ = simulated_acc_len + 1.** The first row is the simulated τ above (rounds along the decode walk, as vLLM runs
+# them); the next ones count a round from *every* start position, as the EAGLE papers' per-position rates do, so they
+# differ from the first by that alone; the last row comes from the last training batch, so it differs by the data.
+
+# %%
+last = session.history[-1]
+conventions.table(sim["trained"], full_acc=[last[f"full_acc_{i}"] for i in range(session.ttt_steps)])
+
+# %% [markdown]
+# ### Why the draft slows this CPU: one draft step and one verifier step, measured inside vLLM
+#
+# vLLM timed every engine step of both runs (`worker.StepTimer`): the verifier's forward and logits, the drafter's
+# k forwards, and the rest (scheduling, sampling, the verification's bookkeeping). A round of speculation costs one
+# verifier step over k + 1 tokens a sequence, k draft steps and that rest, and commits τ tokens a sequence; a plain
+# step commits one. So the speedup is τ · t_plain / t_round, and the draft pays above the break-even τ = t_round /
+# t_plain. The prediction below uses those medians and vLLM's τ per position; the measured speedup is the whole
+# generation's (prompt steps included, which the draft does not speed up: they are counted as the plain run spent them).
+
+# %%
+if cpu is not None:
+    display(cpu.table())
+    display(round_speed.plot_round(cpu))
+    alone = vllm.tokens_per_s_alone  # this run's own batch-1 measurement, when it made one
+    print(cpu.why(there.break_even, f"{where} (predicted)", round_speed.bench_row(1),
+                  (alone["draft"] / alone["plain"], vllm.alone["draft"]["prompts"]) if alone else None))
+else:
+    print("skipped: vllm_check = False (the step costs are measured inside vLLM's CPU build)")

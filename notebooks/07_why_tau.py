@@ -34,7 +34,7 @@
 #   (`eagle3kit evaluate --bench long-context` measures the full curve).
 
 # %% tags=["parameters"]
-# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` puts its values in the cell after this one.
+# Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` writes its values here in the executed copy.
 verifier = "smollm2"        # used when notebook 06 did not run in this workdir
 held_out_index = 0          # the held-out prompt shown first
 bench_index = 0             # the named set's prompt shown second
@@ -63,7 +63,7 @@ from eagle3kit.evaluate.fates import same_counts
 from eagle3kit.evaluate.token_page import comparison_table, legend_html, one_round_more, prompt_html, vllm_line
 from eagle3kit.evaluate.token_viewer import SetViews, TokenViewer
 from eagle3kit.figures import show_widget
-from eagle3kit.notebook import scored_by_06, setup
+from eagle3kit.notebook import scored_by_06, setup, short
 from eagle3kit.runner import record_summary
 
 workdir = setup(workdir, seed=seed)
@@ -82,7 +82,7 @@ print(run.how)
 draft, tokenizer, sets, k = run.draft, run.tokenizer, run.sets, run.k
 views = SetViews(run.verifier, draft, sets, k, run.states)  # 06's verifier states: the draft runs alone
 named = next((name for name in sets if name != HELD_OUT), None)
-print(f"draft {run.draft_dir}: k = {k}, draft vocab {draft.config.draft_vocab_size}; {TAU_CONVENTION}")
+print(f"draft {short(run.draft_dir, workdir)}: k = {k}, draft vocab {draft.config.draft_vocab_size}; {TAU_CONVENTION}")
 
 # %% [markdown]
 # ## Every token's fate: a held-out prompt

@@ -16,6 +16,7 @@ import re
 import nbformat
 
 from eagle3kit import presets
+from eagle3kit.params import AS_RUN
 from notebook_outputs import code_cells, output_texts
 
 NUMBER = r"(\d[\d,]*(?:\.\d+)?)"
@@ -31,8 +32,10 @@ def _number(text: str) -> float:
 
 
 def injected(nb: nbformat.NotebookNode) -> dict[str, object]:
-    """The parameters papermill injected (literal assignments of the ``injected-parameters`` cell)."""
-    cell = next((c for c in nb.cells if "injected-parameters" in c.get("metadata", {}).get("tags", [])), None)
+    """The parameters papermill injected (literal assignments of the ``injected-parameters`` cell, or of the
+    parameters cell they were folded into: :func:`eagle3kit.params.fold_injected`)."""
+    cell = next((c for c in nb.cells if {"injected-parameters", AS_RUN} & set(c.get("metadata", {}).get("tags", []))),
+                None)
     out = {}
     for node in ast.parse(cell.source if cell else "").body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+
+import pytest
+
 from eagle3kit.draft.config import DraftSpec
-from eagle3kit.train.anatomy import ROLES, open_step
+from eagle3kit.train.anatomy import ROLES, open_step, ttt_loop
 from eagle3kit.train.session import TrainSession
 
 from conftest import TINY_DATA_SEQ as SEQ
@@ -27,3 +31,18 @@ def test_a_step_opened_up_lists_each_ttt_steps_calls_and_its_loss_terms(tiny_dat
     assert not any(m._forward_hooks for m in session.model.modules())  # the hooks are gone
     session.step()
     assert len(calls) == len(opened.calls)  # a later step records nothing
+
+
+def test_the_ttt_loop_is_the_installed_speculators_source_and_a_forward_without_one_is_refused():
+    from speculators.models.eagle3 import Eagle3DraftModel
+
+    loop = ttt_loop()
+    head, body = loop.split("\n", 1)
+    assert "Eagle3DraftModel.forward" in head and "(speculators/models/eagle3/" in head
+    assert inspect.getsourcefile(Eagle3DraftModel.forward).endswith(head.split("(")[1].split(",")[0])
+    assert body.startswith("for ttt_step in range(ttt_steps):") and len(body.splitlines()) <= 40
+    for call in ("self.embed_tokens(input_ids)", "decoder_layer(", "compute_metrics(", "extend_mask_for_draft_tokens"):
+        assert call in body  # each part of a TTT step, as speculators writes it
+    assert "# shape" not in body
+    with pytest.raises(ValueError, match="no `for ttt_step"):
+        ttt_loop(TrainSession.step)

@@ -79,6 +79,9 @@ def test_explanation_table_explains_every_field():
     other = dc.build_config(verifier="tiny", ttt_steps=3, num_layers=2)
     changed = explain.differences(explain.explain(other, build_model(other)), table, "ttt 4")
     assert list(changed["field"]) == ["ttt_steps"] and list(changed.iloc[0][["value", "ttt 4"]]) == ["3", "4"]
+    first_read = explain.headline(table)  # the rows a first read needs, every one of them in the full table
+    assert list(first_read["field"]) == [f for f in table["field"] if f in explain.HEADLINE_FIELDS]
+    assert set(first_read["field"]) == set(explain.HEADLINE_FIELDS) and len(first_read) < len(table) / 2
 
 
 def test_presets_build_on_meta_with_counts():

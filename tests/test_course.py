@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from eagle3kit import course, next_run, presets
 from eagle3kit.evaluate.recipes import read_lab
 from eagle3kit.runner import record_summary
@@ -22,7 +24,7 @@ SIMULATED = {"k": 3, "tau_trained": 1.117, "tau_untrained": 1.004, "held_out_pro
 def test_the_conclusion_states_what_the_summary_measured_and_labels_it(tmp_path):
     record_summary(tmp_path, "04", data_dir="/data/here")
     record_summary(tmp_path, "06", **SIMULATED)
-    text = course.conclusion(tmp_path)
+    text = course.conclusion(tmp_path) + course.details_markdown(tmp_path)  # five lines, then every number in full
     assert "**τ = 1.12** on 4 held-out prompts, simulated" in text and "at most k + 1 = 4" in text
     assert "MT-bench's first turns: τ 1.13 [1.10, 1.16] over 8 prompts (simulated" in text
     assert "Correctness check, not a τ measurement" in text and "on 1 prompt(s)" in text
@@ -33,14 +35,40 @@ def test_the_conclusion_states_what_the_summary_measured_and_labels_it(tmp_path)
     lab = read_lab()
     for row in lab.frontier:  # what more minutes buy, with the options that run each point
         assert str(row.tau["held-out"]) in text
-        assert next_run.set_options(row, lab) in text or "preset's recipe on this CPU" in text
+        assert next_run.run_it(row, lab) in text
+
+
+def test_the_conclusion_opens_with_five_lines_and_ends_with_the_numbers_in_full(tmp_path):
+    """One headline τ (vLLM's when it served the draft) with MT-bench beside it, what it buys, whether to serve it,
+    why and what next, in five lines; the hand-off as a table of commands; no folder of this machine in it."""
+    served = {**SIMULATED, "tau_vllm": 1.57, "vllm_prompts": 16, "vllm_batch": 96, "vllm_version": "0.32.0",
+              "tokens_per_s_vllm": {"draft": 50.0, "plain": 100.0}, "mt-bench_vllm": SIMULATED["mt-bench_sim"],
+              "mt-bench_prompts": 80, "outside_vocab_share": 0.12, "train_full_acc_0": 0.87, "val_full_acc_0": 0.3}
+    (tmp_path / course.LAUNCH_05).mkdir()
+    (tmp_path / course.LAUNCH_05 / "run.yaml").write_text("{}")
+    record_summary(tmp_path, "06", **served)
+    lines = course.five_lines(served, read_lab())
+    assert len(lines) == 5
+    assert lines[0] == ("**τ 1.57** on 16 held-out prompts (vLLM's counters; k = 3, so at most 4); on MT-bench's 80 "
+                        "first turns 1.13 [1.10, 1.16]; untrained 1.00.")
+    assert "0.50x here (vLLM CPU build, 96 sequences together)" in lines[1] and "pays there above τ 1.90" in lines[1]
+    assert "a llama-3.1-8b draft that accepts as this one does" in lines[1]  # the plan's verifier, not this one
+    assert lines[2].startswith("**So** this draft slows decoding") and "10% of rounds" in lines[3]
+    assert "12% of reply tokens" in lines[3] and "memorised" in lines[3] and "τ 1.90" in lines[4]
+    healthy = course.five_lines({**served, "val_full_acc_0": 0.85}, read_lab())
+    assert "memorised" not in healthy[3]
+    text = course.conclusion(tmp_path)
+    assert text.index(lines[0]) < text.index("| step | command | what it gives |")
+    assert "counted by vLLM's" not in text and "counted by vLLM's" in course.details_markdown(tmp_path)
+    assert "| 6 | `torchrun --standalone" in text and "rehearsed its own `launch_05/run.yaml`" in text
+    assert str(tmp_path) not in text
 
 
 def test_the_headline_is_vllm_with_its_batch_when_vllm_served_the_draft(tmp_path):
     served = {**SIMULATED, "tau_vllm": 1.13, "vllm_prompts": 16, "vllm_batch": 96, "vllm_version": "0.32.0",
               "tokens_per_s_vllm": {"draft": 50.0, "plain": 100.0}, "mt-bench_vllm": SIMULATED["mt-bench_sim"]}
     record_summary(tmp_path, "06", **served)
-    text = course.conclusion(tmp_path)
+    text = course.details_markdown(tmp_path)
     assert "**τ = 1.13** on 16 held-out prompts, counted by vLLM's spec-decode counters" in text
     assert "96 sequences decoded together" in text and "(0.50x)" in text and "per-request counters" in text
     assert ("Verdict: this draft slows decoding here (vLLM, 96 sequences decoded together) and on the planned GPU run "
@@ -108,7 +136,8 @@ def test_a_break_even_only_round_1_reached_is_said_with_its_host_and_one_neither
     lab = read_lab()
     best_before = max(r.tau["held-out"].mean for r in lab.frontier_before)
     # the measured points below round 1's best (the new frontier may pass it at its longest budget)
-    lab = dataclasses.replace(lab, frontier=[r for r in lab.frontier if r.tau["held-out"].mean < best_before])
+    lab = dataclasses.replace(lab, frontier=[r for r in lab.frontier if r.tau["held-out"].mean < best_before],
+                              beside=[])  # and no lever on top of it
     best_now = max(r.tau["held-out"].mean for r in lab.frontier)
     between = (best_before + best_now) / 2  # reached by round 1's frontier only (the faint points in 06's figure)
     assert best_now < between < best_before
@@ -136,10 +165,13 @@ def test_what_to_change_follows_the_runs_own_diagnosis():
 
 def test_a_frontier_point_that_is_a_preset_says_so_instead_of_repeating_its_options():
     lab = read_lab()
+    table = next_run.frontier_table(lab)
     for row in lab.frontier:
-        line = next(x for x in next_run.to_change(lab) if x.startswith(f"{row.minutes:.1f} CPU minutes"))
+        line = next(x for x in table.splitlines() if x.startswith(f"| {row.minutes:.1f} |"))
         preset = next((p for p in ("demo", "full") if next_run._is_preset(next_run.row_options(row, lab), p)), None)
-        assert (f"the `{preset}` preset's recipe" in line) if preset else ("--set max_steps=" in line)
+        assert line.endswith(f"| `--preset {preset}` (its recipe on this CPU) |" if preset else
+                             f"| `--preset demo {next_run.set_options(row, lab)}` |")
+    assert any("(its recipe on this CPU)" in line for line in table.splitlines())  # the full preset is a point
 
 
 def test_the_lab_and_this_run_name_their_own_held_out_counts():
@@ -154,10 +186,44 @@ def test_this_runs_row_and_whether_the_labs_minutes_are_this_cpus():
     lab = read_lab()
     table = next_run.frontier_table(lab, 5.0, 1.57, conversations_here=256, steps=1306, bench_tau=1.3)
     assert table.splitlines()[-1] == ("| 5.0 (this run, this CPU) | 256 | 1306 | 1.570 (the headline τ, on its own "
-                                      "held-out prompts: another set) | 1.300 (compare this column) |")
+                                      "held-out prompts: another set) | 1.300 (compare this column) |  |")
     from eagle3kit.device import native_bf16
 
     caveat = next_run.minutes_caveat(lab)
     same = lab.frontier_machine["native_bf16"] == native_bf16()
     assert ("are both" in caveat) == same and ("not its minutes" in caveat) == (not same)
     assert next_run.minutes_caveat(read_lab().__class__(rows=[])) == ""  # a lab that does not name its CPU
+
+
+def test_a_lever_on_top_of_the_frontier_is_a_row_of_its_own_and_can_be_the_point_that_pays():
+    """bench/recipe.py --beside runs a lever on top of the frontier's recipe at one of its budgets: the table gives it
+    a row of its own (its name beside the minutes, its options), and where it reaches the break-even at the fewest
+    minutes with the higher τ, the conclusion's next step names it."""
+    lab = read_lab()
+    if not lab.beside:
+        pytest.skip("the lab ran no lever beside its frontier")
+    table = next_run.frontier_table(lab)
+    for row in lab.beside:
+        lever = row.name.split("*")[0].split("+")[-1]
+        line = next(x for x in table.splitlines() if x.startswith(f"| {row.minutes:.1f} + `{lever}` |"))
+        assert str(row.tau["held-out"]) in line and next_run.run_it(row, lab) in line
+    best = max(lab.beside, key=lambda r: r.tau["held-out"].mean)
+    at_its_minutes = [r for r in lab.frontier if r.minutes == best.minutes]
+    if at_its_minutes and best.tau["held-out"].mean > at_its_minutes[0].tau["held-out"].mean:
+        bar = at_its_minutes[0].tau["held-out"].mean - 0.01  # both reach it: the higher τ at those minutes is named
+        assert not any(r.minutes < best.minutes and r.tau["held-out"].mean >= bar for r in next_run.points(lab))
+        assert next_run.first_reaching(lab, bar) is best
+        assert next_run.run_it(best, lab) in next_run.reaches(lab, bar)
+
+
+def test_the_verdict_says_too_close_to_call_where_the_break_even_lies_inside_the_tau_interval():
+    """τ 1.57 over 16 prompts with an interval [1.48, 1.66] cannot say which side of a 1.61 break-even the draft falls
+    on: the headline carries the interval and the verdict says so; an interval clear of it adds nothing."""
+    served = {**SIMULATED, "tau_vllm": 1.57, "vllm_prompts": 16, "vllm_batch": 96, "break_even_there": 1.61,
+              "speedup_predicted_there": 0.97, "tokens_per_s_vllm": {"draft": 50.0, "plain": 100.0}}
+    close = {**served, "tau_vllm_interval": [1.48, 1.66]}
+    assert course.five_lines(close, read_lab())[0].startswith("**τ 1.57 [1.48, 1.66]** on 16 held-out prompts")
+    assert course.verdict(close).endswith("too close to call: the break-even τ 1.61 lies inside this τ's 95 % "
+                                          "interval [1.48, 1.66] over its 16 prompts.")
+    clear = {**served, "tau_vllm_interval": [1.50, 1.60]}
+    assert "too close" not in course.verdict(clear) and course.verdict(clear) == course.verdict(served)

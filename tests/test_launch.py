@@ -156,3 +156,19 @@ def test_cli_launch_for_the_cluster_and_rehearse_told_the_local_data(tiny_data, 
     assert "/shared/d" in capsys.readouterr().err and "--data DIR" in str(
         pytest.raises(UserError, local_data, tmp_path / "run.yaml", None).value)
     assert local_data(tmp_path / "run.yaml", tiny_data) == {"data_path": str(tiny_data.resolve())}
+
+
+def test_the_plan_says_which_bound_ends_the_run_and_when_epochs_would_cut_the_schedule_short():
+    """speculators stops at max_steps or after epochs, whichever comes first: the demo's 1306 steps end a one-rank
+    run after 13.7 epochs of its 95 packs, while on 8 ranks its 20 epochs would end it at 240 steps."""
+    from eagle3kit.train.session import TrainSettings
+
+    demo = TrainSettings(max_steps=1306)
+    assert demo.ending(95) == ("max_steps 1306 ends the run on 1 rank, after 13.7 epochs of this data "
+                               "(`epochs: 20` is only an upper bound)")
+    assert demo.ending(95, 8).startswith("on 8 ranks the 20 epochs end the run first, at about 240 of its 1306")
+    assert "set max_steps to 240 or epochs to 109" in demo.ending(95, 8)
+    assert TrainSettings().ending(95, 8) == "20 epochs end the run: 240 steps on 8 ranks"
+    fitted = demo.for_ranks(95, 8)  # the YAML notebook 05 writes for 8 GPUs: max_steps ends it, no surplus epoch
+    assert fitted.epochs == 109 and fitted.ending(95, 8).startswith("max_steps 1306 ends the run on 8 ranks")
+    assert demo.for_ranks(95, 1).epochs == 14 and TrainSettings().for_ranks(95, 8).epochs == 20

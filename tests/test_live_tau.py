@@ -88,13 +88,12 @@ def test_keep_best_tau_needs_a_measurement_and_a_place(tiny_data, capsys, argv):
     assert code == 2 and "--keep-best-tau" in capsys.readouterr().err
 
 
-def test_the_trajectory_says_where_live_tau_started_peaked_and_ended():
+def test_the_trajectory_says_where_live_tau_started_and_ended_and_its_range_without_a_peak():
     from eagle3kit.train.live_tau import trajectory
 
     history = [{"step": s, TAU: t, TAU_PROMPTS: 4} for s, t in ((10, 1.05), (20, 1.40), (30, 1.31))] + [{"step": 31}]
     said = trajectory(history)
-    assert said.startswith("live τ: 1.050 at step 10, 1.310 at step 30 (highest 1.400 at step 20, 0.090 above the last")
+    assert said.startswith("live τ: 1.050 at step 10, 1.310 at step 30 (between 1.050 and 1.400 over 3 measurements)")
     assert "measured on 4 prompts kept out of training, a rough guide" in said
-    assert "its highest" in trajectory(history[:2]) and trajectory(history[:1]) is None
-    tied = history[:2] + [{"step": 30, TAU: 1.40, TAU_PROMPTS: 4}]
-    assert "(the last measurement is its highest)" in trajectory(tied)
+    assert "highest" not in said and "best" not in said  # a 4-prompt peak is no checkpoint to pick
+    assert trajectory(history[:1]) is None

@@ -18,6 +18,7 @@ from eagle3kit import notebook
 from eagle3kit.cli import main
 from eagle3kit.data.directory import DataDir
 from eagle3kit.draft.config import DraftSpec
+from eagle3kit.params import AS_RUN, fold_injected
 from notebook_numbers import contradictions
 from notebook_outputs import output_problems
 from eagle3kit.runner import notebook_parameters, notebooks, read_summary, record_summary, run_notebooks
@@ -93,6 +94,10 @@ def test_demo_and_full_take_the_shorter_recipe_on_a_cpu_without_native_bf16():
         p05, p06 = presets.parameters(preset, "05", suffix), presets.parameters(preset, "06", suffix)
         assert p05["first_steps"] + p05["run_steps"] + p06["train_steps"] == p05["max_steps"]  # 05 then 06
     assert presets.parameters("ci", "05", presets.FLOAT32_CPU) == presets.parameters("ci", "05", "")
+    defaults = presets.typed_defaults()
+    for preset, suffix in itertools.product(presets.NAMES, ("", presets.FLOAT32_CPU)):  # 04 shows 05's packs
+        packs = [{**defaults, **presets.parameters(preset, nn, suffix)}["total_seq_len"] for nn in ("04", "05")]
+        assert packs[0] == packs[1], (preset, suffix, packs)
     assert presets.parameters("demo", "05") == presets.parameters("demo", "05", presets.cpu_suffix())
 
 
@@ -138,6 +143,11 @@ def test_all_notebooks_run_with_the_ci_preset(ci_run):
     # the longest context the draft saw: its longest training document, within the pack and the data's cap
     assert 0 < why["trained_length"] <= min(ci["05"]["total_seq_len"], ci["04"]["seq_length"])
     assert all((out / p.name).exists() for p in NOTEBOOKS)
+    for path in NOTEBOOKS:  # one parameters cell a notebook, holding the values that ran
+        cells = nbformat.read(out / path.name, as_version=4).cells
+        tagged = [c for c in cells if {"parameters", "injected-parameters"} & set(c.metadata.get("tags", []))]
+        assert len(tagged) == 1 and AS_RUN in tagged[0].metadata["tags"], path.name
+        assert f'workdir = "{out / "work"}"' in tagged[0].source, path.name
 
 
 @pytest.mark.slow
@@ -169,6 +179,33 @@ def test_runner_reports_a_failing_cell(tmp_path):
     nbformat.write(nb, src / "99_fail.ipynb")  # no preset values for 99: only workdir is passed
     results = run_notebooks(tmp_path / "out", src, preset="ci", progress=False)
     assert results[0].status == "failed" and results[0].failing_cell == 3 and "ValueError: boom" in results[0].error
+    cells = nbformat.read(tmp_path / "out" / "99_fail.ipynb", as_version=4).cells  # folded though it failed
+    (folded,) = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
+    assert not any("injected-parameters" in c.metadata.get("tags", []) for c in cells)
+    assert AS_RUN in folded.metadata["tags"] and "workdir = ''" not in folded.source
+
+
+def test_the_executed_notebook_keeps_one_parameters_cell_with_the_values_that_ran(tmp_path):
+    """papermill's injected values go into the defaults' lines (comments kept, new names added); a notebook with
+    nothing injected is left as it was."""
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("# defaults for a run by hand\nlr = 1e-3  # the peak learning rate\nsteps = 10")
+    params.metadata["tags"] = ["parameters"]
+    injected = nbformat.v4.new_code_cell('# Parameters\nlr = 0.002\nworkdir = "/x/work"\n')
+    injected.metadata["tags"] = ["injected-parameters"]
+    nb.cells = [params, injected, nbformat.v4.new_code_cell("print(lr)")]
+    nbformat.write(nb, tmp_path / "run.ipynb")
+    assert fold_injected(tmp_path / "run.ipynb", "demo")
+    cells = nbformat.read(tmp_path / "run.ipynb", as_version=4).cells
+    assert len(cells) == 2 and cells[1].source == "print(lr)"
+    assert cells[0].source.splitlines() == [
+        "# The values this run used: the `demo` preset (`eagle3kit run-notebooks --preset demo`) over the notebook's"
+        " defaults.", "lr = 0.002  # the peak learning rate", "steps = 10", 'workdir = "/x/work"']
+    nb.cells = [params, cells[1]]
+    nbformat.write(nb, tmp_path / "by_hand.ipynb")
+    before = (tmp_path / "by_hand.ipynb").read_text()
+    assert not fold_injected(tmp_path / "by_hand.ipynb", "demo")
+    assert (tmp_path / "by_hand.ipynb").read_text() == before
     assert main(["run-notebooks", "--preset", "ci", "--out", str(tmp_path / "cli"), "--only", "99"]) == 2
 
 
@@ -197,6 +234,14 @@ def test_setup_seeds_caps_threads_widens_tables_and_makes_the_workdir(tmp_path):
     finally:
         torch.set_num_threads(threads)
         pd.set_option("display.max_colwidth", width)
+
+
+def test_a_printed_path_names_the_workdir_or_home_not_this_machines_folders(tmp_path):
+    work = tmp_path / "run" / "work"
+    assert notebook.short(work / "draft_06", work) == "workdir/draft_06"
+    assert notebook.short(Path.home() / ".cache" / "v", work) == "~/.cache/v"
+    outside = Path("/opt") if not Path.home().is_relative_to("/opt") else Path("/srv")
+    assert notebook.short(outside / "x", work) == str(outside / "x")  # elsewhere: as it is
 
 
 def test_05_and_06_share_one_small_data_set_and_prefer_04s(tmp_path, tiny_data):

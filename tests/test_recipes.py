@@ -48,11 +48,16 @@ def test_the_summary_is_the_records():
 
 def test_the_frontier_is_drawn_with_the_one_before_this_run_and_the_bar():
     fig = recipes.plot_frontier(LAB.frontier or LAB.rows[:2], here=(5.0, 1.3), bar=1.61,
-                                before=LAB.frontier_before or LAB.rows[:2], before_label="before")
+                                before=LAB.frontier_before or LAB.rows[:2], before_label="before", beside=LAB.beside)
     assert isinstance(fig, Figure)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any(label.startswith("this run") for label in labels) and any("1.61" in label for label in labels)
     assert any(label.endswith(", before") for label in labels)
+    for row in LAB.beside:  # a lever on top of the frontier: named, on both prompt sets
+        lever = row.name.split("*")[0].split("+")[-1]
+        assert {f"+ {lever}, held-out", f"+ {lever}, mt-bench"} <= set(labels)
+    plain = recipes.plot_frontier(LAB.frontier or LAB.rows[:2])
+    assert not any(t.get_text().startswith("+ ") for t in plain.axes[0].get_legend().get_texts())
 
 
 @pytest.mark.parametrize("preset", ["demo", "full"])

@@ -19,3 +19,17 @@ def test_a_scored_run_reads_back_as_written(tmp_path):
     assert back["mt-bench"] == sets[0] and back["held-out"] == sets[1]
     assert back["mt-bench"].vllm == ([[1, 2], [0, 1]], [[7, 8], [9]]) and back["held-out"].vllm is None
     assert from_check(None) == {}
+
+
+def test_the_pooled_tau_has_an_interval_from_resampling_its_prompts():
+    """vLLM's aggregate τ pools every round; its interval resamples the prompts: it holds the pooled τ, widens when
+    the prompts disagree, and is undefined for one prompt."""
+    from eagle3kit.evaluate.scores import pooled_interval
+
+    rounds, accepted = [50, 40, 60, 45], [10, 30, 12, 20]
+    pooled = 1 + sum(accepted) / sum(rounds)
+    low, high = pooled_interval(rounds, accepted)
+    assert low < pooled < high
+    same = pooled_interval([50] * 4, [20] * 4)
+    assert same[0] == same[1] == 1.4  # prompts that agree: no spread
+    assert all(x != x for x in pooled_interval([50], [20]))  # nan: one prompt has no interval

@@ -66,6 +66,10 @@ def test_cpu_prediction_by_hand():
     # the bench's batch-1 row is its own draft's, at its own τ: never "the same draft" as the one checked
     assert "bench/speedup.py's draft, at τ 1.40, measured 1.34x plain speed there; break-even τ 1.02" in why
     assert "the same draft" not in why
+    # a run that measured batch 1 itself says its own number, never the bench's row beside it
+    own = pred.why(1.5, "a GPU", {"break-even τ": 1.02, "published": 1.34, "τ": 1.40}, measured_alone=(0.92, 4))
+    assert "this run measured 0.92x plain speed (4 prompts, a first look with no interval)" in own
+    assert "bench/speedup.py" not in own and "a GPU (break-even τ 1.50)" in own
     assert set(pred.table()["kind"]) == {"measured", "derived"}
     assert type(round_speed.plot_round(pred)).__name__ == "Figure"
 

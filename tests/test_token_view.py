@@ -123,12 +123,15 @@ def test_tau_adds_up_by_depth_and_counts_the_rejected_first_proposals():
     line = token_classes.how_tau_adds_up([view], _Chars(texts), outside)
     assert line.startswith(f"How τ {view.tau:.2f} adds up over 1 prompt (4 rounds): 1 (the verifier's own token, "
                            "every round) + 0.25 + 0.00 + 0.00")
-    assert "rejected in 2 of the 4 rounds (50%)" in line  # rounds 1 and 2; round 0 accepted one first
+    # rounds 1 and 2 rejected their first proposal; round 0 accepted it; round 3 met the reply's end first
+    assert "accepted in 1 of the 4 rounds (the 0.25 above) and rejected in 2 (50%)" in line
+    assert "1 round met the reply's end before a proposal was checked" in line
     assert "1 of those 2 rejected tokens (50%) lie outside the draft vocab" in line
     perfect = list(range(100, 120))
     clean = fates.PromptView("p", "c", perfect[:5], fates.fates_of(_perfect(perfect, 3), perfect, 5, 3), 3)
     said = token_classes.how_tau_adds_up([clean], _Chars([str(i) for i in range(120)]))
-    assert "rejected in 0 of the 4 rounds (0%)" in said and "outside" not in said  # silent where nothing was rejected
+    assert "accepted in 4 of the 4 rounds (the 1.00 above) and rejected in 0 (0%)" in said
+    assert "outside" not in said and "met the reply's end" not in said  # silent where nothing was rejected
     assert "+ 1.00 + 0.75 + 0.75 (draft" in said  # rounds accept 3, 3, 3 and 1: depth 1 in 4 rounds, 2 and 3 in 3
     assert token_classes.how_tau_adds_up([], _Chars(texts)).startswith("No round was taken")
 
@@ -175,7 +178,7 @@ def test_targets_outside_the_draft_vocab_are_named_as_a_cap_not_as_where_the_dra
     apart.loc[token_classes.NUMBER, ["targets", "failed"]] = [100, 80]
     apart["failure rate"] = apart["failed"] / apart["targets"]
     said = token_classes.worst_line(apart)
-    assert "fails most on word start and number tokens" in said and "on punctuation 10/20" in said
+    assert "fails most on word start and number tokens" in said and "On punctuation 10/20" in said
     assert "it fails less than on word start tokens" in said
     assert "25 of the 100 targets (25%) lie outside the draft vocab" in line
     clear = table.copy()

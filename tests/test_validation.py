@@ -35,3 +35,17 @@ def test_the_validation_split_is_the_rows_the_session_never_trains_on(tiny_data)
     train, val = split_metrics(s, "train"), split_metrics(s, "val")
     assert train["samples"] == len(s.batches.dataset) and train["samples"] + val["samples"] == s.data.n_samples
     assert val["samples"] >= 1 and val["batches"] >= 1 and 0.0 <= val["full_acc_0"] <= 1.0
+
+
+def test_the_sets_table_counts_every_set_a_run_uses(tiny_data):
+    """Notebook 05's table of sets: the two splits add up to the data's samples, the held-out set is the one the data
+    directory kept out, and the live τ reads at most that many of them."""
+    from eagle3kit.data.loader import held_out_conversations
+    from eagle3kit.train.validation import sets_table
+
+    s = session(tiny_data)
+    held = len(held_out_conversations(s.data))
+    table = sets_table(s, held, 4)["conversations"]
+    assert table["training split"] + table["speculators' validation split"] == s.data.n_samples
+    assert table["training split"] == len(s.batches.dataset) and table["held-out (notebook 04)"] == held
+    assert table["live τ prompts"] == min(4, held)

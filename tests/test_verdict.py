@@ -62,6 +62,13 @@ def test_a_speed_claim_needs_a_margin_larger_than_the_repeats_spread():
     assert race(no_spread).noise == NOISE_FLOOR * 2.0 and recommend(no_spread) == "sdpa"
     lines = recommendation_lines(recommendations(noisy, "cpu"), "cpu", noisy)
     assert any("both train; sdpa stays" in line for line in lines)
+    # the default fastest: a speed claim over the next only beyond the noise, the same rule
+    default_wins = training_race(eager=(2.02, 0.15), sdpa=(2.0, 0.15))
+    assert recommend(default_wins) == "sdpa" and race(default_wins).runner_up == "eager"
+    assert race(default_wins).sentence().endswith("within 2x the noise, so the two tie and the default stays")
+    clearly = training_race(eager=(3.0, 0.05), sdpa=(2.0, 0.05))
+    assert "the next, eager, took 1.000 s more" in race(clearly).sentence()
+    assert race(clearly).sentence().endswith("a margin over 2x the noise")
 
 
 def test_recommendation_lines_set_what_ran_and_matched_and_say_cuda_was_not_measured():

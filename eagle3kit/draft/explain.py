@@ -92,7 +92,7 @@ _MEANING = {
     "layer_types": "full or sliding-window attention per draft layer",
     "sliding_window": "window of sliding-attention layers",
     "eagle_aux_hidden_state_layer_ids": "verifier layers whose inputs are fed to the draft (low, mid, high)",
-    "ttt_steps": "test-time-training steps = draft tokens proposed per round",
+    "ttt_steps": "training-time-test (TTT) steps = draft tokens proposed per round",
     "norm_before_residual": "normalize the hidden part before the residual in layer 0",
     "norm_before_fc": "RMSNorm over concatenated aux states before the fc projection",
     "fc_norm": "per-aux-layer RMSNorm before fc (exclusive with norm_before_fc)",
@@ -142,6 +142,16 @@ def explain(build: DraftBuild, model: torch.nn.Module | None = None) -> pd.DataF
             note = "fc, decoder layers, norms" if key == "trainable" else "embedding, lm_head, verifier_lm_head/norm"
             df.loc[len(df)] = [f"params ({key})", f"{counts[key]:,}", "counted", note]
     return df
+
+
+HEADLINE_FIELDS = ("hidden_size", "vocab_size", "draft_vocab_size", "num_hidden_layers",
+                   "eagle_aux_hidden_state_layer_ids", "ttt_steps", "_attn_implementation", "params (trainable)",
+                   "params (frozen)")  # a first read's rows: width, vocabularies, depth, aux layers, k, attention
+
+
+def headline(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`explain`'s table a first read needs (:data:`HEADLINE_FIELDS`), in the table's order."""
+    return table[table["field"].isin(HEADLINE_FIELDS)]
 
 
 def differences(table: pd.DataFrame, base: pd.DataFrame, base_name: str = "first draft") -> pd.DataFrame:

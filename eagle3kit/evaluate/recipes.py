@@ -120,22 +120,25 @@ def paired_gain(row: LabRow, ref: LabRow, on: str) -> Tau | None:
 @dataclass
 class Lab:
     """The lab's rows at its budget, the strongest levers again at a second budget (``checks``, with the reference),
-    the best recipe at several budgets (``frontier``) and the frontier before this round (``frontier_before``)."""
+    the best recipe at several budgets (``frontier``), the frontier before this round (``frontier_before``) and
+    levers on top of the best recipe at a frontier budget (``beside``, each Δ paired against that point)."""
 
     rows: list[LabRow]
     checks: list[LabRow] = field(default_factory=list)
     frontier: list[LabRow] = field(default_factory=list)
     frontier_before: list[LabRow] = field(default_factory=list)
     context: dict = field(default_factory=dict)
+    beside: list[LabRow] = field(default_factory=list)
 
     def to_summary(self) -> dict:
         return {"context": self.context, **{k: [r.to_summary() for r in getattr(self, k)]
-                                            for k in ("rows", "checks", "frontier", "frontier_before")}}
+                                            for k in ("rows", "checks", "frontier", "frontier_before", "beside")}}
 
     @classmethod
     def from_summary(cls, d: dict) -> Lab:
         return cls(*([LabRow.from_summary(r) for r in d.get(k, [])]
-                     for k in ("rows", "checks", "frontier", "frontier_before")), context=d.get("context", {}))
+                     for k in ("rows", "checks", "frontier", "frontier_before")), context=d.get("context", {}),
+                   beside=[LabRow.from_summary(r) for r in d.get("beside", [])])
 
     @property
     def frontier_machine(self) -> dict:
@@ -223,10 +226,12 @@ def evidence(lab: Lab, name: str, on: str = "held-out") -> str | None:
 
 
 def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = None, bar: float | None = None,
-                  on: str = "held-out", before: list[LabRow] | None = None, before_label: str = "before") -> Figure:
+                  on: str = "held-out", before: list[LabRow] | None = None, before_label: str = "before",
+                  beside: list[LabRow] | None = None) -> Figure:
     """τ (``on`` and MT-bench, with intervals) against the minutes that made the draft, for the best recipe at
-    several budgets; ``before``: the same recipe's frontier before (drawn faint); ``here`` = (minutes, τ on MT-bench)
-    of this run, on the lab's own prompts; ``bar`` = the τ a planned GPU run needs to pay."""
+    several budgets; ``before``: the same recipe's frontier before (drawn faint); ``beside``: levers on top of it (a
+    diamond each, named); ``here`` = (minutes, τ on MT-bench) of this run, on the lab's own prompts; ``bar`` = the τ a
+    planned GPU run needs to pay."""
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     ax = fig.subplots()
     for points, suffix, alpha in ((before or [], f", {before_label}", 0.35), (frontier, "", 1.0)):
@@ -239,6 +244,13 @@ def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = Non
                         yerr=[[r.tau[s].mean - r.tau[s].low for r in shown],
                               [r.tau[s].high - r.tau[s].mean for r in shown]],
                         fmt=style, capsize=3, alpha=alpha, label=f"best recipe, {s}{suffix}")
+    for r in beside or []:
+        lever = r.name.split("*")[0].split("+")[-1]
+        for s, color in ((on, "tab:blue"), ("mt-bench", "tab:orange")):
+            if s in r.tau:
+                ax.errorbar([r.minutes], [r.tau[s].mean], yerr=[[r.tau[s].mean - r.tau[s].low],
+                                                               [r.tau[s].high - r.tau[s].mean]],
+                            fmt="D", color=color, mfc="white", capsize=3, label=f"+ {lever}, {s}")
     if here is not None:
         ax.plot([here[0]], [here[1]], "*", markersize=14, color="tab:purple",
                 label="this run on MT-bench (the lab's prompts, this CPU's minutes)")

@@ -152,9 +152,11 @@ class CpuPrediction:
         return pd.DataFrame(rows, columns=["what", "value (ms, or as named)", "kind"]).round(3)
 
     def why(self, elsewhere_break_even: float | None = None, elsewhere: str = "",
-            one_at_a_time: dict | None = None) -> str:
+            one_at_a_time: dict | None = None, measured_alone: tuple[float, int] | None = None) -> str:
         """Two sentences: why the draft does (not) pay here, and what would have to change. ``one_at_a_time``: the
-        batch-1 row of this CPU in bench/speedup.py's results (:func:`bench_row`), ``elsewhere``: a GPU prediction."""
+        batch-1 row of this CPU in bench/speedup.py's results (:func:`bench_row`), ``elsewhere``: a GPU prediction.
+        ``measured_alone`` = (speedup, prompts): this run's own batch-1 measurement, said instead of the bench's row
+        (a run that measured batch 1 is not told what another run measured there)."""
         p, d = self.plain, self.draft
         extra = (self.k * d.draft_step_s + d.other_s) / p.step_s
         beyond = (f"more than the k + 1 = {self.k + 1} a round can give" if self.break_even > self.k + 1
@@ -164,7 +166,7 @@ class CpuPrediction:
                  f"{extra:.1f} plain steps more, so the draft pays only above τ {self.break_even:.2f} ({beyond}); "
                  f"this one reaches τ {self.tau:.2f}.")
         cases = []
-        if one_at_a_time:
+        if one_at_a_time and not measured_alone:
             cases.append(f"one sequence at a time on this same CPU (bench/speedup.py's draft, at τ "
                          f"{one_at_a_time['τ']:.2f}, measured {one_at_a_time['published']:.2f}x plain speed there; "
                          f"break-even τ {one_at_a_time['break-even τ']:.2f})")
@@ -173,7 +175,12 @@ class CpuPrediction:
         where = f": memory-bound decoding, as {' or '.join(cases)}" if cases else " (memory-bound decoding)"
         second = (f"For it to pay, a round must cost less than τ plain steps, so the verifier must check k + 1 tokens "
                   f"for about the price of one{where}, not {d.batch} sequences on these compute-bound cores.")
-        return f"{first} {second}"
+        if not measured_alone:
+            return f"{first} {second}"
+        ratio, n = measured_alone
+        third = (f"One sequence at a time on this CPU, this run measured {ratio:.2f}x plain speed ({n} prompts, a "
+                 "first look with no interval)")
+        return f"{first} {second} {third}."
 
 
 CPU_POINTS = Path(__file__).with_name("speedup_cpu.json")  # package data: this CPU's rows, written by bench/speedup.py

@@ -64,6 +64,19 @@ def interval(values: np.ndarray, seed: int = 0, n: int = BOOTSTRAP, level: float
     return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
 
 
+def pooled_interval(rounds: list[int], accepted: list[int], seed: int = 0, n: int = BOOTSTRAP,
+                    level: float = LEVEL) -> tuple[float, float]:
+    """The ``level`` bootstrap interval of the pooled τ (1 + all accepted / all rounds), the prompts resampled: the
+    interval of the τ vLLM's aggregate counters state."""
+    r, a = np.asarray(rounds, dtype=float), np.asarray(accepted, dtype=float)
+    if len(r) < 2 or not r.sum():
+        return float("nan"), float("nan")
+    pick = np.random.default_rng(seed).integers(0, len(r), size=(n, len(r)))
+    taus = 1.0 + a[pick].sum(axis=1) / np.maximum(r[pick].sum(axis=1), 1.0)
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(taus, tail)), float(np.percentile(taus, 100 - tail))
+
+
 def _row(records: list[PromptScore], seed: int) -> dict[str, float]:
     scored = [r for r in records if r.rounds]
     taus = np.array([r.tau for r in scored])

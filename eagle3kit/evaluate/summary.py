@@ -81,6 +81,22 @@ def stability_line(named: BenchScores, held_out: list[scores.PromptScore], engin
             f"(simulated, {b['prompts']} prompts) by {b['median']:.3f} ({b['p95']:.3f}).")
 
 
+def vllm_interval(vllm: VllmCheck) -> tuple[float, float]:
+    """The 95 % interval of vLLM's pooled τ, its prompts resampled (from the per-request histograms)."""
+    return scores.pooled_interval([sum(h) for h in vllm.histograms],
+                                  [sum(i * n for i, n in enumerate(h)) for h in vllm.histograms])
+
+
+def vllm_headline(vllm: VllmCheck, simulated: float) -> str:
+    """Notebook 06's headline τ in one line: vLLM's counters on the held-out prompts with its interval, the simulation
+    of the same prompts beside it, and whether the draft left the output unchanged."""
+    n = len(vllm.outputs_plain)
+    low, high = vllm_interval(vllm)
+    return (f"headline: τ {vllm.tau:.3f} [{low:.3f}, {high:.3f}] on {n} held-out prompts, by vLLM's own counters "
+            f"(k = {vllm.k}; 95 % interval over the prompts); simulated on the same prompts: {simulated:.3f}; the "
+            f"output with the draft equals the output without on {vllm.lossless}/{n}")
+
+
 def summary_numbers(sim: dict[str, Acceptance], real: dict[str, DecodeRun], gate: VllmGate,
                     named: BenchScores | None) -> dict[str, object]:
     """Notebook 06's headline numbers, each with what it measured: τ simulated, the decode loop's correctness check
@@ -101,7 +117,9 @@ def summary_numbers(sim: dict[str, Acceptance], real: dict[str, DecodeRun], gate
         "tokens_per_s_vllm": None if vllm is None else {r: round(v, 1) for r, v in vllm.tokens_per_s.items()},
         "tokens_per_s_vllm_alone": None if vllm is None or not vllm.tokens_per_s_alone else {
             r: round(v, 1) for r, v in vllm.tokens_per_s_alone.items()},
-        "vllm_alone_prompts": None if vllm is None or not vllm.tokens_per_s_alone else vllm.alone["draft"]["prompts"]}
+        "vllm_alone_prompts": None if vllm is None or not vllm.tokens_per_s_alone else vllm.alone["draft"]["prompts"],
+        "tau_vllm_interval": None if vllm is None or not vllm.histograms else [
+            round(x, 3) for x in vllm_interval(vllm)]}
     if named is not None:
         for engine, key in (("simulated", "sim"), ("vLLM", "vllm")):
             out[f"{named.name}_{key}"] = named.overall(engine)

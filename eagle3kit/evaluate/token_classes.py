@@ -118,21 +118,21 @@ def worst_line(table: pd.DataFrame) -> str:
         return "The draft was asked for no token here (every reply ended before its first round)."
     rated = table.drop(index=[ALL, OUTSIDE])
     rated = rated[rated["targets"] >= MIN_TARGETS]
-    overall = (f"over every target, {int(total['failed'])} of {int(total['targets'])} failed "
+    overall = (f"Over every target, {int(total['failed'])} of {int(total['targets'])} failed "
                f"({total['failure rate']:.0%})")
     outside = int(table.loc[OUTSIDE, "targets"]) if OUTSIDE in table.index else 0
     cap = (f" {outside} of the {int(total['targets'])} targets ({outside / total['targets']:.0%}) lie outside the "
            "draft vocab, which it can never propose: a larger draft vocab (or one counted on data nearer these "
            "replies) lifts that cap." if outside else "")
     if rated.empty:
-        return f"No class the draft can propose has {MIN_TARGETS} targets yet; {overall}.{cap}"
+        return f"No class the draft can propose has {MIN_TARGETS} targets yet. {overall}.{cap}"
     bounds = {c: wilson(int(r["failed"]), int(r["targets"])) for c, r in rated.iterrows()}
     name = rated["failure rate"].idxmax()
     row = rated.loc[name]
     if all(bounds[name][0] > bounds[c][1] for c in rated.index if c != name):  # an ordering only where they separate
         return (f"Of what the draft can propose, it fails most on {name} tokens: {int(row['failed'])} of "
                 f"{int(row['targets'])} failed ({row['failure rate']:.0%}, 95 % interval {bounds[name][0]:.0%}–"
-                f"{bounds[name][1]:.0%}); {overall}.{cap}")
+                f"{bounds[name][1]:.0%}). {overall}.{cap}")
     def said(c: str) -> str:
         return (f"{c} {int(rated.loc[c, 'failed'])}/{int(rated.loc[c, 'targets'])} "
                 f"({bounds[c][0]:.0%}–{bounds[c][1]:.0%})")
@@ -140,11 +140,11 @@ def worst_line(table: pd.DataFrame) -> str:
     ranked = list(rated.sort_values("failure rate", ascending=False).index)
     tied = [c for c in ranked if bounds[c][1] >= bounds[name][0]]  # intervals that reach the worst one's
     below = [c for c in ranked if c not in tied]
-    less = (f"; on {', '.join(map(said, below))} it fails less than on {name} tokens (those intervals lie below "
-            f"{name}'s)" if below else "")
+    less = (f" On {', '.join(map(said, below))} it fails less than on {name} tokens (those intervals lie below "
+            f"{name}'s)." if below else "")
     names = f"{', '.join(tied[:-1])} and {tied[-1]}"
     return (f"Of what the draft can propose, it fails most on {names} tokens, whose 95 % intervals overlap "
-            f"({', '.join(map(said, tied))}){less}; {overall}.{cap}")
+            f"({', '.join(map(said, tied))}).{less} {overall}.{cap}")
 
 
 def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> str:
@@ -168,10 +168,13 @@ def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None)
     share = (f"; {outside} of those {first_rejected} rejected tokens ({outside / first_rejected:.0%}) lie outside the "
              "draft vocab, where no training helps" if first_rejected and in_draft_vocab is not None else "")
     prompts = f"{len(views)} prompt" + ("s" if len(views) != 1 else "")
+    unchecked = rounds - depths[0] - first_rejected  # rounds that met the reply's end before a proposal was checked
+    ended = (f"; {unchecked} round{'s' if unchecked != 1 else ''} met the reply's end before a proposal was checked"
+             if unchecked else "")
     return (f"How τ {tau:.2f} adds up over {prompts} ({rounds} rounds): 1 (the verifier's own token, every "
-            f"round) + {terms} (draft tokens accepted per round at depth 1 … {len(depths)}). The round's first "
-            f"proposal was rejected in {first_rejected} of the {rounds} rounds ({first_rejected / rounds:.0%}), which "
-            f"ends them at once{share}.")
+            f"round) + {terms} (draft tokens accepted per round at depth 1 … {len(depths)}). The first proposal "
+            f"was accepted in {depths[0]} of the {rounds} rounds (the {depths[0] / rounds:.2f} above) and rejected "
+            f"in {first_rejected} ({first_rejected / rounds:.0%}), which ends a round at once{ended}{share}.")
 
 
 def outside_by_set(sets: dict[str, Sequence[PromptView]], in_draft_vocab) -> str | None:

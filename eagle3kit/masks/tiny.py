@@ -1,6 +1,6 @@
 """The mask in miniature (notebook 03's first figure): 8 tokens, 2 documents, 3 TTT steps, every cell labelled, and
 the sentence that reads one query's row: what it sees at step 0 (its document's earlier tokens) and at each later
-step (one key a block: its own guess there, the diagonal)."""
+step (one key a block: its own hidden state from that step, the diagonal)."""
 
 from __future__ import annotations
 
@@ -51,11 +51,12 @@ def sees(mask: EagleMask, query: int = TINY_QUERY, step: int = TINY_STEP) -> str
     parts = [f"tokens {first} of block 0 (itself and the earlier tokens of its own document {doc}: causal, and "
              "nothing of the other document)"]
     for block, keys in list(by_block.items())[1:]:
-        parts.append(f"position {', '.join(map(str, keys))} of block {block} (its own guess at TTT step {block}: "
-                     "the diagonal)")
-    return (f"Query {query} at step {step} sees " + "; ".join(parts) + ". A TTT block holds only the diagonal "
-            "because the guess made at step s for position q is only ever the continuation of q itself: the draft at "
-            "another position guessed for another place in the text.")
+        parts.append(f"position {', '.join(map(str, keys))} of block {block} (the hidden state the draft itself "
+                     f"computed there at TTT step {block}: the diagonal)")
+    return (f"Query {query} at step {step} sees " + "; ".join(parts) + ". The tokens every step reads are the "
+            "verifier's (teacher forcing); what the draft feeds back is its own output hidden state. A TTT block "
+            "holds only the diagonal because the state computed at step s for position q only ever continues q's "
+            "own chain: the draft at another position computed it for another place in the text.")
 
 
 def plot_tiny(mask: EagleMask, query: int = TINY_QUERY, step: int = TINY_STEP) -> Figure:

@@ -1,10 +1,16 @@
 """One training step, opened up: forward hooks on the draft's own modules (speculators' ``Eagle3DraftModel``) record
 what each call received and returned while :meth:`~eagle3kit.train.session.TrainSession.step` ran, TTT step by TTT
-step, beside that step's loss for each TTT step. Nothing is recomputed: the shapes are the real step's."""
+step, beside that step's loss for each TTT step. Nothing is recomputed: the shapes are the real step's.
+:func:`ttt_loop` prints the loop itself, from the installed speculators' source."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+import sys
+import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -66,3 +72,22 @@ def open_step(session) -> Anatomy:
         for handle in handles:
             handle.remove()
     return Anatomy(pd.DataFrame(calls), record)
+
+
+def ttt_loop(forward: object | None = None) -> str:
+    """The TTT loop of ``forward`` (default: the installed speculators' ``Eagle3DraftModel.forward``) as its own
+    source, comments and line breaks inside a statement removed (``ast.unparse``), under a line naming where it is."""
+    if forward is None:
+        from speculators.models.eagle3 import Eagle3DraftModel
+
+        forward = Eagle3DraftModel.forward
+    lines, first = inspect.getsourcelines(forward)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    loop = next((n for n in ast.walk(tree) if isinstance(n, ast.For) and getattr(n.target, "id", "") == "ttt_step"),
+                None)
+    if loop is None:
+        raise ValueError(f"{forward.__qualname__} has no `for ttt_step in ...` loop")
+    top = sys.modules[forward.__module__.split(".")[0]]  # the file named from its package: no folder of this machine
+    path = Path(inspect.getsourcefile(forward)).relative_to(Path(top.__file__).parent.parent)
+    where = f"{path}, lines {first + loop.lineno - 1}-{first + loop.end_lineno - 1}"
+    return f"# {forward.__module__}.{forward.__qualname__} ({where})\n{ast.unparse(loop)}"

@@ -89,14 +89,14 @@ def tau_points(history: list[dict]) -> tuple[list[int], list[float]]:
 
 
 def trajectory(history: list[dict]) -> str | None:
-    """Where live τ started, peaked and ended (a sentence), or None with fewer than two measurements."""
+    """Where live τ started and ended, and the range it moved in (a sentence), or None with fewer than two
+    measurements. No peak is singled out: a few prompts' τ moves by a few tokens' luck from one measurement to the
+    next, so its highest point is no better checkpoint than its neighbours."""
     steps, taus = tau_points(history)
     if len(taus) < 2:
         return None
-    best = max(range(len(taus)), key=lambda i: (taus[i], i))  # a tie with the last is the last
-    peak = ("the last measurement is its highest" if best == len(taus) - 1 else
-            f"highest {taus[best]:.3f} at step {steps[best]}, {taus[best] - taus[-1]:.3f} above the last")
     prompts = next((r[TAU_PROMPTS] for r in reversed(history) if r.get(TAU_PROMPTS)), None)
-    return (f"live τ: {taus[0]:.3f} at step {steps[0]}, {taus[-1]:.3f} at step {steps[-1]} ({peak}); measured on "
-            f"{prompts or 'a few'} prompts kept out of training, a rough guide while training: notebook 06 measures "
-            "τ on all of its held-out set")
+    return (f"live τ: {taus[0]:.3f} at step {steps[0]}, {taus[-1]:.3f} at step {steps[-1]} (between {min(taus):.3f} "
+            f"and {max(taus):.3f} over {len(taus)} measurements); measured on {prompts or 'a few'} prompts kept out of "
+            "training, a rough guide while training (on so few prompts one measurement moves by a few tokens' luck): "
+            "notebook 06 measures τ on all of its held-out set")

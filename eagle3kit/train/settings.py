@@ -4,6 +4,7 @@ defaults where it has one), resolved for a device."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from eagle3kit.device import resolve_dtype, warn_if_bf16_emulated
 
@@ -45,6 +46,29 @@ class TrainSettings:
     # TTT curriculum: the first fraction of the schedule's steps trains 1 TTT step, the rest the draft's own count
     # (its config, and so vLLM's k, is unchanged). 0: none. speculators' trainer has no such schedule.
     ttt_curriculum: float = 0.0
+
+    def ending(self, packs_per_epoch: int, ranks: int = 1) -> str:
+        """Which bound ends this run in speculators' trainer (it stops at ``max_steps`` or after ``epochs``, whichever
+        comes first) with ``packs_per_epoch`` packs an epoch shared by ``ranks`` ranks, in words."""
+        per_epoch = max(1, math.ceil(packs_per_epoch / ranks))
+        where = f"on {ranks} rank{'s' if ranks > 1 else ''}"
+        if self.max_steps is None:
+            return f"{self.epochs} epochs end the run: {self.epochs * per_epoch} steps {where}"
+        epochs = self.max_steps / per_epoch
+        if epochs <= self.epochs:
+            return (f"max_steps {self.max_steps} ends the run {where}, after {epochs:.1f} epochs of this data "
+                    f"(`epochs: {self.epochs}` is only an upper bound)")
+        return (f"{where} the {self.epochs} epochs end the run first, at about {self.epochs * per_epoch} of its "
+                f"{self.max_steps} steps, before the LR schedule (over max_steps) has decayed: set max_steps to "
+                f"{self.epochs * per_epoch} or epochs to {math.ceil(epochs)}")
+
+    def for_ranks(self, packs_per_epoch: int, ranks: int) -> TrainSettings:
+        """These settings for speculators' trainer on ``ranks`` ranks: with ``max_steps``, ``epochs`` the fewest that
+        hold its steps, so max_steps (the LR schedule's horizon) ends the run, and no surplus epoch adds the one step
+        speculators takes in each epoch it starts after max_steps (eagle3kit.train.handoff)."""
+        if self.max_steps is None:
+            return self
+        return dataclasses.replace(self, epochs=math.ceil(self.max_steps / max(1, math.ceil(packs_per_epoch / ranks))))
 
     def resolved(self, device: str) -> TrainSettings:
         cpu = not device.startswith("cuda")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import torch
 from speculators.train.utils import normalize_counted_metrics
 
@@ -36,3 +37,20 @@ def split_metrics(session: Any, split: str = "val", max_batches: int | None = No
         return {"batches": 0, "samples": len(loader.dataset)}
     return {**normalize_counted_metrics({k: float(v) for k, v in summed.items()}), "batches": batches,
             "samples": len(loader.dataset)}
+
+
+def sets_table(session: Any, held_out: int, live_prompts: int) -> pd.DataFrame:
+    """Every set of conversations a run uses, with its count and what it is for: the training split, speculators'
+    validation split, the held-out conversations notebook 04 kept apart (τ) and the first of them the live τ reads."""
+    train, total = len(session.batches.dataset), session.data.n_samples
+    return pd.DataFrame([
+        {"set": "training split", "conversations": train,
+         "used for": f"the steps: {len(session.batches)} packed batches of {session.settings.total_seq_len} tokens "
+                     "an epoch"},
+        {"set": "speculators' validation split", "conversations": total - train,
+         "used for": "never trained on: notebook 06 sets the first guess here beside the training split's"},
+        {"set": "held-out (notebook 04)", "conversations": held_out,
+         "used for": "τ in notebook 06 (vLLM's counters and the simulation); never in the data directory's samples"},
+        {"set": "live τ prompts", "conversations": min(live_prompts, held_out),
+         "used for": "the first held-out prompts, scored while training: a rough guide"},
+    ]).set_index("set")

@@ -32,8 +32,9 @@ class Race:
 
     fastest: str | None
     default: str | None  # None: the default did not run and match eager
-    margin: float = 0.0  # seconds the fastest saves over the default
+    margin: float = 0.0  # seconds the fastest saves over the default (the default fastest: over the runner-up)
     noise: float = 0.0
+    runner_up: str | None = None  # the default fastest: the next backend that ran and matched eager
 
     @property
     def winner(self) -> str | None:
@@ -47,8 +48,13 @@ class Race:
         """Why :attr:`winner`, in words, with the margin and the noise it was weighed against."""
         if self.fastest is None:
             return "no backend ran and matched eager"
+        if self.runner_up is not None:
+            race = (f"{self.fastest}, the default, was the fastest that ran and matched eager; the next, "
+                    f"{self.runner_up}, took {self.margin:.3f} s more a step against a noise of {self.noise:.3f} s")
+            return race + (f": a margin over {NOISE_MULTIPLE:g}x the noise" if self.margin > NOISE_MULTIPLE * self.noise
+                           else f": within {NOISE_MULTIPLE:g}x the noise, so the two tie and the default stays")
         if self.default is None or self.fastest == self.default:
-            return f"{self.fastest} was the fastest that ran and matched eager"
+            return f"{self.fastest} was the only backend that ran and matched eager"
         race = f"{self.fastest} beat {self.default} by {self.margin:.3f} s a step against a noise of {self.noise:.3f} s"
         if self.winner == self.fastest:
             return f"{race}: a margin over {NOISE_MULTIPLE:g}x the noise"
@@ -77,9 +83,16 @@ def race(matrix: pd.DataFrame, training: bool = True, device: str = "cpu") -> Ra
     if default not in set(good.backend):
         return Race(str(fastest.backend), None)
     stays = good[good.backend == default].iloc[0]
-    spreads = [float(x) for x in (fastest.get("spread"), stays.get("spread")) if x is not None and x == x]
-    noise = max([*spreads, NOISE_FLOOR * float(stays.seconds)])
-    return Race(str(fastest.backend), default, float(stays.seconds - fastest.seconds), noise)
+    if fastest.backend == default and len(good) > 1:  # the default won: by how much over the next
+        runner = good.iloc[1]
+        return Race(default, default, float(runner.seconds - stays.seconds), _noise(stays, runner), str(runner.backend))
+    return Race(str(fastest.backend), default, float(stays.seconds - fastest.seconds), _noise(stays, fastest))
+
+
+def _noise(stays: pd.Series, other: pd.Series) -> float:
+    """The larger of the two cells' repeat spreads, at least :data:`NOISE_FLOOR` of the default's seconds."""
+    spreads = [float(x) for x in (other.get("spread"), stays.get("spread")) if x is not None and x == x]
+    return max([*spreads, NOISE_FLOOR * float(stays.seconds)])
 
 
 @dataclass(frozen=True)
