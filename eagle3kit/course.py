@@ -84,13 +84,15 @@ def verdict(s06: dict) -> str:
     """One plain sentence: whether to serve the draft, from the speedups measured here and predicted there."""
     speed, there = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there")
     here = f"here (vLLM, {s06.get('vllm_batch')} sequences decoded together)"
+    close = _too_close(s06)  # the GPU side inside τ's noise: said apart, not counted as faster or slower
     cases = {here: speed["draft"] / speed["plain"] if speed else None,
-             f"on the planned GPU run (batch {s06.get('serve_batch')}, predicted)": there}
+             f"on the planned GPU run (batch {s06.get('serve_batch')}, predicted)": None if close else there}
     known = {where: r for where, r in cases.items() if r is not None}
     if not known:
-        return "Verdict: no speed was measured or predicted in this run."
+        return ("Verdict: no speed was measured or predicted in this run." if not close else
+                "Verdict:" + close)
     slower, faster = [w for w, r in known.items() if r < 1], [w for w, r in known.items() if r >= 1]
-    pays = f"it pays above τ {_tau(s06.get('break_even_there'))} there"
+    pays = f"it pays above τ {_tau(s06.get('break_even_there'))} on the planned GPU run"
     if not faster:
         said = (f"Verdict: this draft slows decoding {' and '.join(slower)}; do not serve it yet ({pays}; what "
                 "more minutes of training buy is below).")
@@ -107,8 +109,8 @@ def _too_close(s06: dict) -> str:
     interval, bar = s06.get("tau_vllm_interval"), s06.get("break_even_there")
     if not interval or bar is None or not interval[0] <= bar <= interval[1]:
         return ""
-    return (f" On the GPU side it is too close to call: the break-even τ {bar:.2f} lies inside this τ's 95 % interval "
-            f"[{interval[0]:.2f}, {interval[1]:.2f}] over its {s06.get('vllm_prompts')} prompts.")
+    return (f" On the planned GPU run it is too close to call: its break-even τ {bar:.2f} lies inside this τ's 95 % "
+            f"interval [{interval[0]:.2f}, {interval[1]:.2f}] over {s06.get('vllm_prompts')} prompts.")
 
 
 def why(s06: dict) -> str:

@@ -52,6 +52,7 @@ workdir = "../runs/interactive/work"
 
 # %%
 # %matplotlib inline
+import inspect
 import time
 
 import pandas as pd
@@ -62,6 +63,7 @@ from eagle3kit.data import conversations as conv
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.loader import held_out_conversations, held_out_coverage, make_loader
 from eagle3kit.data.directory import DataDir, DataError
+from eagle3kit.data.hidden_states import extract
 from eagle3kit.data.targets import describe_targets, verify_targets
 from eagle3kit.data import plots as data_plots
 from eagle3kit.data.loss_mask_plot import plot_loss_mask, window_start
@@ -121,9 +123,10 @@ else:
 # token ids, unreadable header) are found with speculators' own checks and made again, and every file is written to a
 # temporary name and renamed, so Ctrl-C loses at most the file in flight.
 #
-# *Advanced: the hidden-state conventions, the same as vLLM's.* Aux layer id *i* is the **input** of decoder layer *i*
-# (= HF `hidden_states[i]`, 0 = embeddings); the last stored state is the final decoder layer's output **before** the
-# final norm, because speculators applies `verifier_norm` itself.
+# **What is captured, per sample** (the conventions vLLM uses too): aux layer id *i* is the **input** of decoder layer
+# *i* (= HF `hidden_states[i]`, 0 = embeddings); the last stored state is the final decoder layer's output **before**
+# the final norm, because speculators applies `verifier_norm` itself. The function that does it, as `build_dataset`
+# calls it for every batch of samples, is printed under the table: one verifier forward, nothing else.
 
 # %%
 request = dict(n_conversations=n_conversations, seq_length=seq_length, draft_vocab_size=dvs, seed=seed,
@@ -131,7 +134,8 @@ request = dict(n_conversations=n_conversations, seq_length=seq_length, draft_voc
 t0 = time.perf_counter()
 info = build_dataset(verifier, data_dir, **request)
 hidden_states_seconds = time.perf_counter() - t0
-pd.Series(info.to_dict()).to_frame("value")
+display(pd.Series(info.to_dict()).to_frame("value"))
+print(inspect.getsource(extract))
 
 # %%
 print("files in", short(data_dir, workdir))

@@ -122,7 +122,8 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 # the LR that step used.
 #
 # **What to expect at this scale.** The draft is one decoder layer trained on notebook 04's few hundred
-# conversations (tens of thousands of tokens; notebook 04 printed the count); a real draft sees hundreds of millions.
+# conversations (tens of thousands of tokens; notebook 04 printed the count); a real draft sees tens to hundreds of
+# millions (notebook 01's planned GPU run: 50,000 samples of up to 1,024 tokens).
 # So the loss falls but stays high. How far the accuracy (the draft's token = the verifier's top token)
 # gets depends on how the draft starts. From speculators' random init (`warm_start_layer = None`) the accuracy of the
 # first TTT step (`full_acc_0`, the draft's first guess)

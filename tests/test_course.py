@@ -223,7 +223,9 @@ def test_the_verdict_says_too_close_to_call_where_the_break_even_lies_inside_the
               "speedup_predicted_there": 0.97, "tokens_per_s_vllm": {"draft": 50.0, "plain": 100.0}}
     close = {**served, "tau_vllm_interval": [1.48, 1.66]}
     assert course.five_lines(close, read_lab())[0].startswith("**τ 1.57 [1.48, 1.66]** on 16 held-out prompts")
-    assert course.verdict(close).endswith("too close to call: the break-even τ 1.61 lies inside this τ's 95 % "
-                                          "interval [1.48, 1.66] over its 16 prompts.")
+    assert course.verdict(close).endswith("On the planned GPU run it is too close to call: its break-even τ 1.61 "
+                                          "lies inside this τ's 95 % interval [1.48, 1.66] over 16 prompts.")
+    assert course.verdict(close).startswith("Verdict: this draft slows decoding here (vLLM, 96 sequences decoded "
+                                            "together); do not serve it yet")  # the GPU side is not counted as slower
     clear = {**served, "tau_vllm_interval": [1.50, 1.60]}
     assert "too close" not in course.verdict(clear) and course.verdict(clear) == course.verdict(served)

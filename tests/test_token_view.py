@@ -151,6 +151,9 @@ def test_the_vllm_comparison_shows_only_the_prompts_that_differ_and_counts_the_r
     assert "equals the simulated reply on 2; on those, its per-request counts (rounds by accepted tokens) equal the " \
            "simulation's on 1" in vllm_line(views)
     assert comparison_table(views[:1], only_differing=True).empty and vllm_line(views[3:]) == ""
+    two_sets = [view("held-out/0", reply, hist), view("held-out/1", reply, hist), view("mt-bench/81", reply, hist)]
+    assert vllm_line(two_sets).startswith("vLLM beside the simulation, 3 prompts (2 held-out, 1 mt-bench): ")
+    assert vllm_line(two_sets[:2]).startswith("vLLM beside the simulation, 2 prompts: ")  # one set: said once
     # vLLM counts the last round's accepted tokens before it cuts the output: one round with more accepted (or one
     # round more) is that end effect; one round with fewer accepted (the "other counts" view) is not
     end = view("last round", reply, [0, 0, 0, 4])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import os
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -174,7 +175,9 @@ def vllm_line(views: Sequence[PromptView]) -> str:
                  "little high for it." + (f" The other {rest} are not explained by that (near ties in the hidden "
                                           "states vLLM computes with its own kernels, in a batch)." if rest else "")
                  if apart else "")
-    return (f"vLLM beside the simulation, {len(ran)} prompts: its output with the draft equals the simulated reply on "
-            f"{len(same)}; on those, its per-request counts (rounds by accepted tokens) equal the simulation's on "
-            f"{agree}." + (" Where the outputs differ, the two walked different replies." if len(same) < len(ran)
-                           else "") + direction)
+    sets = Counter(v.id.split("/")[0] for v in ran if "/" in v.id)  # ids are SET/N: say which sets the count holds
+    of = f" ({', '.join(f'{n} {name}' for name, n in sets.items())})" if len(sets) > 1 else ""
+    return (f"vLLM beside the simulation, {len(ran)} prompts{of}: its output with the draft equals the simulated "
+            f"reply on {len(same)}; on those, its per-request counts (rounds by accepted tokens) equal the "
+            f"simulation's on {agree}." + (" Where the outputs differ, the two walked different replies."
+                                            if len(same) < len(ran) else "") + direction)
