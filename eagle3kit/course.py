@@ -10,6 +10,7 @@ from pathlib import Path
 from eagle3kit.evaluate.recipes import Lab, read_lab
 from eagle3kit.next_run import MEMORISED_GAP, frontier_table, minutes_caveat, prompt_sets, reaches, to_change
 from eagle3kit.plan.commands import torchrun_command
+from eagle3kit.plan.serving_speed import SINGLE_GPU_ERROR
 from eagle3kit.runner import read_summary
 
 RUN_YAML = "RUN_YAML"  # a placeholder for the user's $RUN/run.yaml (a shell variable, written unquoted)
@@ -104,13 +105,17 @@ def verdict(s06: dict) -> str:
 
 
 def _too_close(s06: dict) -> str:
-    """Where the break-even τ of the planned GPU run lies inside the interval of this run's τ: that side of the
-    verdict is not settled by these prompts."""
-    interval, bar = s06.get("tau_vllm_interval"), s06.get("break_even_there")
-    if not interval or bar is None or not interval[0] <= bar <= interval[1]:
-        return ""
-    return (f" On the planned GPU run it is too close to call: its break-even τ {bar:.2f} lies inside this τ's 95 % "
-            f"interval [{interval[0]:.2f}, {interval[1]:.2f}] over {s06.get('vllm_prompts')} prompts.")
+    """Where the planned GPU run's side of the verdict is not settled: its break-even τ inside the interval of this
+    run's τ, or the predicted speedup within the speed model's own error of 1x (:data:`SINGLE_GPU_ERROR`)."""
+    interval, bar, there = s06.get("tau_vllm_interval"), s06.get("break_even_there"), s06.get("speedup_predicted_there")
+    reasons = []
+    if interval and bar is not None and interval[0] <= bar <= interval[1]:
+        reasons.append(f"its break-even τ {bar:.2f} lies inside this τ's 95 % interval [{interval[0]:.2f}, "
+                       f"{interval[1]:.2f}] over {s06.get('vllm_prompts')} prompts")
+    if there is not None and abs(there - 1) <= SINGLE_GPU_ERROR:
+        reasons.append(f"the predicted {there:.2f}x lies within the speed model's {SINGLE_GPU_ERROR:.0%} of 1x (its "
+                       "error against published single-GPU speedups, bench/speedup.py)")
+    return f" On the planned GPU run it is too close to call: {'; and '.join(reasons)}." if reasons else ""
 
 
 def why(s06: dict) -> str:

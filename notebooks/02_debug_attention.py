@@ -21,7 +21,8 @@
 # and measures every attention backend on this machine to pick the setting.
 #
 # **The failure replayed here** is one a user really hit while training an EAGLE-3 draft on a CPU (the first entry of
-# the doctor's catalogue of failures, [docs/failures.md](../docs/failures.md)); the code calls it the "seed" replay.
+# the doctor's catalogue of failures, [docs/failures.md](../docs/failures.md)); the code calls it the "seed" replay:
+# the failure the catalogue grew from, no relation to the random `seed` parameter.
 #
 # The failure, in four steps:
 #

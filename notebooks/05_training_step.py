@@ -160,8 +160,11 @@ plot_step(record)
 # under the mask of notebook 03 (at step *s* > 0 its hidden state is its own output from step *s* − 1: that is the
 # training-time test), and `lm_head` gives the draft's logits on the rows that carry loss. Step *s*'s logits at
 # position *i* are trained toward the verifier's distribution at position *i* + *s*: the loss is one KL divergence a
-# TTT step, added up. On a CPU eagle3kit's block-sparse step (the training forward printed above) runs `lm_head` only
-# on the rows that carry loss, so its row count is below the pack's.
+# TTT step, added up. On a CPU eagle3kit's block-sparse step (the training forward printed above) computes fewer rows
+# than the pack has, and the table shows where: it cuts the padding after the last document, from TTT step 1 on its
+# decoder layer computes only the rows whose chain of steps can still reach a loss (`eagle3kit.attention.rows`), and
+# `lm_head` runs only on the rows that carry loss at that step. The loss and the gradients are speculators' own (its
+# tests hold them to speculators' dense forward at 1e-5).
 
 # %%
 display(opened.calls)
@@ -274,12 +277,12 @@ print(type(loaded).__name__, "loaded from", short(exported, workdir), "- fc weig
 # written out. Below: whether it fits (the step's memory on one H100-80GB a rank, and the disk its checkpoints
 # need under the plan's folder), the YAML's head and its path, the command, and a table of the fields the YAML sets
 # where eagle3kit's value differs from the `speculators train` default, with why. The command runs it with `torchrun`
-# (add `--fsdp-shard` to shard with FSDP2). On N ranks each step takes N packs, so an epoch is N times fewer steps:
-# the YAML's `epochs` is set so that `max_steps`, the LR schedule's horizon, is what ends the run (the line under the
-# command says after how many epochs of this small data set).
+# (add `--fsdp-shard` to shard with FSDP2). On N ranks each step takes N packs (one a rank), so the YAML keeps the
+# packs this session sees: `max_steps` / N steps, and the fewest `epochs` that hold them, so that `max_steps`, the LR
+# schedule's horizon, is what ends the run (the line under the command says after how many epochs).
 
 # %%
-on_gpus = session.settings.for_ranks(len(session.batches), n_gpus)  # epochs that hold max_steps on n_gpus ranks
+on_gpus = session.settings.for_ranks(len(session.batches), n_gpus)  # the packs this session sees, on n_gpus ranks
 plan = launch.write_plan(session.build, on_gpus, data, workdir / "launch_05", n_gpus=n_gpus, warn=False)
 print(plan.fit)  # its GPU memory a rank, and the disk its checkpoints need here
 print(plan.head())

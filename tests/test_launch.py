@@ -169,6 +169,8 @@ def test_the_plan_says_which_bound_ends_the_run_and_when_epochs_would_cut_the_sc
     assert demo.ending(95, 8).startswith("on 8 ranks the 20 epochs end the run first, at about 240 of its 1306")
     assert "set max_steps to 240 or epochs to 109" in demo.ending(95, 8)
     assert TrainSettings().ending(95, 8) == "20 epochs end the run: 240 steps on 8 ranks"
-    fitted = demo.for_ranks(95, 8)  # the YAML notebook 05 writes for 8 GPUs: max_steps ends it, no surplus epoch
-    assert fitted.epochs == 109 and fitted.ending(95, 8).startswith("max_steps 1306 ends the run on 8 ranks")
-    assert demo.for_ranks(95, 1).epochs == 14 and TrainSettings().for_ranks(95, 8).epochs == 20
+    fitted = demo.for_ranks(95, 8)  # notebook 05's YAML for 8 GPUs: the packs the session sees, max_steps ends it
+    assert (fitted.max_steps, fitted.epochs) == (164, 14)  # 1306 packs / 8 ranks; 12 steps an epoch on 8 ranks
+    assert fitted.ending(95, 8).startswith("max_steps 164 ends the run on 8 ranks, after 13.7 epochs")
+    assert (demo.for_ranks(95, 1).max_steps, demo.for_ranks(95, 1).epochs) == (1306, 14)
+    assert TrainSettings().for_ranks(95, 8) == TrainSettings()  # no max_steps: the epochs as given

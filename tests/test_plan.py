@@ -127,3 +127,18 @@ def test_data_generation_is_planned_on_the_one_device_eagle3kit_data_uses():
     assert eight.step.total_seq_len == TrainConfig().flatten()["total_seq_len"]
     big = plan_run("kimi-k2.5", samples=10, gpus=8)
     assert any("`eagle3kit data` runs it on one device" in p for p in big.problems(free_disk=1e15))
+
+
+def test_the_break_even_row_shows_its_arithmetic_and_the_arithmetic_gives_it():
+    """A reader can re-derive the break-even τ from the plan's own rows: the row states the sum and its result."""
+    import re
+
+    from eagle3kit.plan import serving_speed
+
+    plan = serving_speed.predict("llama-3.1-8b", "H100-80GB", 1, 3, acceptance=[0.4, 0.17, 0.08])
+    value = plan.table().set_index("item").filter(like="break-even", axis=0)["value"].iloc[0]
+    number = r"([\d.]+)"
+    pattern = rf"\({number} \+ (\d) x {number} \+ {number}\) / {number} = {number}"
+    v, k, d, r, p, said = re.fullmatch(pattern, value).groups()
+    assert abs((float(v) + int(k) * float(d) + float(r)) / float(p) - float(said)) < 0.01
+    assert float(said) == round(plan.break_even, 2)

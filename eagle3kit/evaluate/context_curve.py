@@ -91,12 +91,14 @@ class Fall:
 
     def describe(self) -> str:
         """Both numbers, whether or not τ falls."""
-        verdict = ("falls" if self.falls else "holds" if not self.drops else
+        few_prompts = 0 < self.prompts < FULL_CURVE_PROMPTS
+        verdict = ("falls" if self.falls else
+                   ("shows no fall" if few_prompts else "holds") if not self.drops else
                    "is lower, but within the noise (the intervals on the two sides overlap), so no fall is claimed")
         few = (f" With {self.prompts} prompt(s) a length this is a first look: the table's intervals, resampled from "
                f"so few prompts, are too wide to read much into (`eagle3kit evaluate --bench long-context` takes "
                f"{FULL_CURVE_PROMPTS} a length)."
-               if 0 < self.prompts < FULL_CURVE_PROMPTS else "")
+               if few_prompts else "")
         return (f"{TAU_LABEL} {self.inside:.2f} at {self.inside_at} tokens of context (within the "
                 f"{self.trained_length} tokens of the longest conversation it was trained on), {self.past:.2f} at "
                 f"{self._past_lengths}: {'on these prompts ' if few else ''}it {verdict} past the training length."

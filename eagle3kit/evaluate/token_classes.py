@@ -130,7 +130,7 @@ def worst_line(table: pd.DataFrame) -> str:
     name = rated["failure rate"].idxmax()
     row = rated.loc[name]
     if all(bounds[name][0] > bounds[c][1] for c in rated.index if c != name):  # an ordering only where they separate
-        return (f"Of what the draft can propose, it fails most on {name} tokens: {int(row['failed'])} of "
+        return (f"By class, it fails most on {name} tokens: {int(row['failed'])} of "
                 f"{int(row['targets'])} failed ({row['failure rate']:.0%}, 95 % interval {bounds[name][0]:.0%}–"
                 f"{bounds[name][1]:.0%}). {overall}.{cap}")
     def said(c: str) -> str:
@@ -142,8 +142,11 @@ def worst_line(table: pd.DataFrame) -> str:
     below = [c for c in ranked if c not in tied]
     less = (f" On {', '.join(map(said, below))} it fails less than on {name} tokens (those intervals lie below "
             f"{name}'s)." if below else "")
-    names = f"{', '.join(tied[:-1])} and {tied[-1]}"
-    return (f"Of what the draft can propose, it fails most on {names} tokens, whose 95 % intervals overlap "
+    if not below:  # every interval reaches the worst one's: no ordering to state
+        return (f"By class, no kind of token stands out: the 95 % intervals of the failure rates overlap "
+                f"({', '.join(map(said, tied))}). {overall}.{cap}")
+    names = f"{', '.join(tied[:-1])} and {tied[-1]}" if len(tied) > 1 else tied[0]
+    return (f"By class, it fails most on {names} tokens, whose 95 % intervals overlap "
             f"({', '.join(map(said, tied))}).{less} {overall}.{cap}")
 
 

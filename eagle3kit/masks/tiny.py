@@ -37,7 +37,8 @@ def tiny_view(mask: EagleMask, step: int) -> np.ndarray:
 
 
 def seen(mask: EagleMask, query: int, step: int) -> dict[int, list[int]]:
-    """Per block of keys (0: the verifier-fed tokens, s: the guesses of TTT step s), the positions ``query`` sees."""
+    """Per block of keys (0: the verifier-fed positions, s: the draft's own states of TTT step s), the positions
+    ``query`` sees."""
     n, row = used(mask), tiny_view(mask, step)[query]
     return {block: [int(k) - block * n for k in np.flatnonzero(row) if k // n == block]
             for block in range(mask.step_index(step) + 1)}
@@ -84,7 +85,7 @@ def plot_tiny(mask: EagleMask, query: int = TINY_QUERY, step: int = TINY_STEP) -
     ax.add_patch(Rectangle((-0.5, query - 0.5), n * blocks, 1, fill=False, edgecolor="tab:orange", linewidth=2))
     for block in range(blocks):
         ax.text(block * n + (n - 1) / 2, -0.9, "block 0: tokens" if block == 0 else f"block {block}: step-{block} "
-                "guesses", ha="center", fontsize=8)
+                "states", ha="center", fontsize=8)
     ax.set_xlabel("key position within its block")
     ax.set_ylabel("query position")
     ax.set_title(f"{n} tokens, {len(starts) + 1} documents, TTT step {mask.step_index(step)} (blue: attended)",

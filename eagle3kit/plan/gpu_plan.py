@@ -255,6 +255,7 @@ def _assumptions(p: Plan, kind: str) -> list[str]:
         f"steps at {serving_speed.COMPUTE_UTILISATION:.0%} of dense bf16 peak, {serving_speed.DEFAULT_CONTEXT} tokens "
         "of KV cache a "
         f"sequence; engine overheads {p.speed.overheads.source}; tensor parallelism's all-reduces not counted; checked "
-        "against published EAGLE-3 speedups at batch 1 (bench/speedup.py: single-GPU points within 10%, 70B on 8 GPUs "
+        "against published EAGLE-3 speedups at batch 1 (bench/speedup.py: single-GPU points within "
+        f"{serving_speed.SINGLE_GPU_ERROR:.0%}, 70B on 8 GPUs "
         "31% high), not yet at larger batches",
     ]

@@ -36,6 +36,7 @@ BANDWIDTH_UTILISATION = 0.8  # assumed: of the spec-sheet memory bandwidth, what
 COMPUTE_UTILISATION = 0.5  # assumed: of dense bf16 peak, for the verifier's batched (k + 1)-token steps
 DEFAULT_CONTEXT = 1024  # assumed: tokens in each sequence's KV cache while it decodes
 TOLERANCE = 0.2  # a prediction within 20% of a published speedup counts as a match
+SINGLE_GPU_ERROR = 0.1  # bench/speedup.py: this model's single-GPU predictions lie within 10% of published speedups
 DRAFT_VOCAB = 32000  # the draft vocabulary of the published drafts (yuhuili/EAGLE3-*)
 
 
@@ -154,7 +155,10 @@ class SpeedPlan:
             (s, "engine overhead per verifier step / draft step / round",
              f"{self.overheads.verifier_s * 1e3:.2f} / {self.overheads.draft_s * 1e3:.2f} / "
              f"{self.overheads.round_s * 1e3:.2f} ms", "derived"),
-            (s, f"break-even τ at k={self.k}", f"{self.break_even:.2f}", "derived"),
+            (s, f"break-even τ at k={self.k} = (verifier step over {self.verify_tokens} tokens + {self.k} x draft step "
+                "+ round overhead) / verifier step over 1 token (each step with its engine overhead)",
+             f"({self.verify_s * 1e3:.2f} + {self.k} x {self.draft_s * 1e3:.2f} + "
+             f"{self.overheads.round_s * 1e3:.2f}) / {self.plain_s * 1e3:.2f} = {self.break_even:.2f}", "derived"),
             (s, f"speedup if all k={self.k} draft tokens were accepted", f"{self.best:.2f}x", "derived"),
         ]
         if self.tau is not None:

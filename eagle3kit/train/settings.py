@@ -63,12 +63,15 @@ class TrainSettings:
                 f"{self.epochs * per_epoch} or epochs to {math.ceil(epochs)}")
 
     def for_ranks(self, packs_per_epoch: int, ranks: int) -> TrainSettings:
-        """These settings for speculators' trainer on ``ranks`` ranks: with ``max_steps``, ``epochs`` the fewest that
-        hold its steps, so max_steps (the LR schedule's horizon) ends the run, and no surplus epoch adds the one step
+        """These settings for speculators' trainer on ``ranks`` ranks, seeing the packs this run sees: each step takes
+        one pack a rank, so ``max_steps`` becomes ``max_steps / ranks`` (rounded up), and ``epochs`` the fewest that
+        hold those steps, so max_steps (the LR schedule's horizon) ends the run and no surplus epoch adds the step
         speculators takes in each epoch it starts after max_steps (eagle3kit.train.handoff)."""
         if self.max_steps is None:
             return self
-        return dataclasses.replace(self, epochs=math.ceil(self.max_steps / max(1, math.ceil(packs_per_epoch / ranks))))
+        steps = math.ceil(self.max_steps / ranks)
+        return dataclasses.replace(self, max_steps=steps,
+                                   epochs=math.ceil(steps / max(1, math.ceil(packs_per_epoch / ranks))))
 
     def resolved(self, device: str) -> TrainSettings:
         cpu = not device.startswith("cuda")
