@@ -58,7 +58,7 @@ _WHY = {
     "save_path": "this machine's path under --out: the cluster writes checkpoints there (else --cluster-save)",
     "log_dir": "beside the checkpoints (save_path/logs)",
     "num_workers": "dataloader workers per GPU; the small data sets here need few",
-    "max_steps": "the session's step budget (also the LR schedule's horizon)",
+    "max_steps": "the step budget, also the LR schedule's horizon (notebook 05: the session's packs over N ranks)",
     "lr": "the session's learning rate",
     "from_pretrained": "the draft warm-started from a verifier layer (eagle3kit.draft.warm_start)",
 }
