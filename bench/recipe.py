@@ -129,6 +129,8 @@ RECIPES = [
     # round 1's rows left unrun, and its confounded ones made fair
     Recipe("less-data", "data vs epochs", "half the verifier's replies (128), more epochs", Data(n_conversations=128)),
     Recipe("more-data", "data vs epochs", "2x the verifier's replies (512), fewer epochs", Data(n_conversations=512)),
+    Recipe("more-data-3x", "data vs epochs", "3x the verifier's replies (768), fewer epochs still",
+           Data(n_conversations=768)),
     Recipe("vocab-1024", "draft vocab", "draft vocab 1024 (the same data minutes: only the mapping differs)",
            Data(draft_vocab_size=1024)),
     Recipe("vocab-8192", "draft vocab", "draft vocab 8192 (the same data minutes: only the mapping differs)",
@@ -385,7 +387,8 @@ def main() -> int:
                     "shape (the phases whose minutes the budget counts: run it on a quiet machine), then stop")
     ap.add_argument("--beside", default="", help="recipes (NAME+NAME, comma-separated) run at the --beside-at budgets "
                     "(their data scaled as --scale-data scales the frontier's), each Δ paired against the frontier "
-                    "point of its budget: levers on top of the best recipe")
+                    "point of its budget: levers on top of the best recipe; NAME@4/5 runs that one at 4 and 5 "
+                    "minutes instead")
     ap.add_argument("--beside-at", default="10", help="budgets (minutes) for --beside, comma-separated")
     ap.add_argument("--keep-rows", action="store_true", help="run only --frontier (on this machine, recorded as "
                     "frontier_machine); the rows and checks already in recipe.json stay as they were measured")
@@ -416,8 +419,10 @@ def main() -> int:
         frontier = raw.get("frontier", [])
     beside = raw.get("beside", []) if args.keep_rows else []
     if args.beside:
+        at = [(name, b) for entry in args.beside.split(",") for name, budgets in [(entry.split("@") + [""])[:2]]
+              for b in (budgets.split("/") if budgets else args.beside_at.split(","))]
         beside = [runner.run(scaled(combine(name), float(b) / args.budget) if args.scale_data else combine(name),
-                             float(b)) for name in args.beside.split(",") for b in args.beside_at.split(",")]
+                             float(b)) for name, b in at]
     for key, chosen in (("demo", args.demo), ("full", args.full)):
         if chosen and args.keep_rows:  # a preset chosen from this frontier, for the kind of CPU it ran on
             context.setdefault("frontier_presets", {})[key] = demo_view(chosen, args.budget, frontier + beside,

@@ -26,6 +26,17 @@ def _headline_tau(s06: dict) -> float | None:
     return s06.get("tau_vllm") if s06.get("tau_vllm") is not None else s06.get("tau_trained")
 
 
+def bench_tau(overall: dict) -> str:
+    """A named set's τ as the headline counts the held-out one: all rounds pooled, with that interval, and the mean
+    over its prompts (the per-category table's and the recipe lab's count) beside it; the mean alone where a summary
+    has no pooled interval."""
+    mean = f"{overall['tau']:.2f} [{overall['low']:.2f}, {overall['high']:.2f}]"
+    if overall.get("pooled_low") is None:
+        return mean
+    return (f"{overall['pooled']:.2f} [{overall['pooled_low']:.2f}, {overall['pooled_high']:.2f}] (all rounds pooled; "
+            f"the mean over its prompts {mean})")
+
+
 def headline(s06: dict) -> list[str]:
     """The draft's τ, each number with what measured it: vLLM's counters when it served the draft, else the
     simulation; the named set beside; the decode loop's correctness check apart, never as a τ of its own."""
@@ -46,9 +57,8 @@ def headline(s06: dict) -> list[str]:
         for name in ("mt-bench",):
             overall = s06.get(f"{name}_{key}")
             if overall:
-                lines.append(f"Beside it, MT-bench's first turns: τ {overall['tau']:.2f} [{overall['low']:.2f}, "
-                             f"{overall['high']:.2f}] over {s06.get(f'{name}_prompts')} prompts ({engine}, 95 % "
-                             "interval over the prompts).")
+                lines.append(f"Beside it, MT-bench's first turns: τ {bench_tau(overall)} over "
+                             f"{s06.get(f'{name}_prompts')} prompts ({engine}, 95 % intervals over the prompts).")
                 break
     lines.append(f"Untrained, the same draft scores {_tau(s06.get('tau_untrained'))} (simulated). "
                  f"{s06.get('tau_convention', '')}.")
@@ -160,12 +170,13 @@ def handoff(workdir: str | os.PathLike, s06: dict, n_gpus: int = 8) -> list[tupl
              "the verifier's hidden states for your conversations (bf16 on a GPU), at the plan's `--seq-length` and "
              "`--draft-vocab-size`"),
             ("eagle3kit doctor --data $DATA", "the data checked before a GPU-hour is spent on it"),
-            (f"eagle3kit launch --data $DATA --out $RUN --gpus {n_gpus} --gpu {gpu}",
-             "speculators' TrainConfig YAML, checked to fit, and the torchrun line"),
-            ("eagle3kit rehearse --config $RUN/run.yaml --out $RUN/rehearsal --ranks 2 --steps 2 --compare",
+            (f"eagle3kit launch --data $DATA --out $RUN --gpus {n_gpus} --fsdp --gpu {gpu}",
+             "speculators' TrainConfig YAML, checked to fit, and the torchrun line (`--fsdp`: shard with FSDP2, "
+             "which that line asks of speculators as `--fsdp-shard`)"),
+            ("eagle3kit rehearse --config $RUN/run.yaml --out $RUN/rehearsal --ranks 2 --fsdp --steps 2 --compare",
              f"a few steps of speculators' own trainer first, beside eagle3kit's session{rehearsed}"),
-            (torchrun_command(RUN_YAML, n_gpus).replace(RUN_YAML, "$RUN/run.yaml"),
-             "the real run (add `--fsdp-shard` for FSDP2)"),
+            (torchrun_command(RUN_YAML, n_gpus, fsdp=True).replace(RUN_YAML, "$RUN/run.yaml"),
+             "the real run, on the GPUs: the line `launch` printed"),
             (f"eagle3kit doctor --draft {best} --data $DATA --why-tau", "why its τ is what it is"),
             (f"vllm serve {best}", "serve it")]
 
@@ -186,8 +197,8 @@ def five_lines(s06: dict, lab: Lab) -> list[str]:
     interval = s06.get("tau_vllm_interval") if s06.get("tau_vllm") is not None else None
     said = _tau(_headline_tau(s06)) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
     tau = (f"**τ {said}** on {prompts} held-out prompts ({engine}; k = {k}, so at most {k + 1})"
-           + (f"; on MT-bench's {s06.get('mt-bench_prompts')} first turns {bench['tau']:.2f} [{bench['low']:.2f}, "
-              f"{bench['high']:.2f}]" if bench else "") + f"; untrained {_tau(s06.get('tau_untrained'))}.")
+           + (f"; on MT-bench's {s06.get('mt-bench_prompts')} first turns {bench_tau(bench)}" if bench else "")
+           + f"; untrained {_tau(s06.get('tau_untrained'))}.")
     speed, there = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there")
     buys_line = "**Buys** " + "; ".join(filter(None, [
         f"{speed['draft'] / speed['plain']:.2f}x here (vLLM CPU build, {s06.get('vllm_batch')} sequences together)"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from eagle3kit import presets
-from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow
+from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow, Tau
 
 FIRST_STEPS_KEY, RUN_STEPS_KEY, TRAIN_STEPS_KEY = "first_steps", "run_steps", "train_steps"
 
@@ -25,7 +25,10 @@ def recipe_of(row: LabRow, lab: Lab) -> dict[str, object]:
 
 
 def conversations(row: LabRow, lab: Lab) -> int | None:
-    """The conversations a lab row trained on: stated in its description, else its preset's, else the demo's."""
+    """The conversations a lab row trained on: as the lab recorded them, else stated in its description, else its
+    preset's, else the demo's (a summary written before the lab recorded them)."""
+    if row.conversations:
+        return row.conversations
     found = re.search(r"(\d+) conversations", row.what)
     if found:
         return int(found.group(1))
@@ -152,6 +155,11 @@ def preset_changes(preset: str = "full", base: str = "demo") -> dict[str, dict[s
 OUTSIDE_VOCAB_CAP = 0.1  # a share of held-out reply tokens outside the draft vocab worth naming as a lever
 
 
+def _delta(d: Tau) -> str:
+    """A paired Δ with its 95 % interval, signed: an interval that holds 0 is no measured effect."""
+    return f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
+
+
 def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
     """What this run's own diagnosis asks to change, as ``--set`` options (empty where nothing shows): more
     conversations where the draft memorised (:data:`MEMORISED_GAP`), a larger draft vocab where many reply tokens lie
@@ -159,13 +167,18 @@ def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
     out = []
     trained_acc, val_acc, n = s06.get("train_full_acc_0"), s06.get("val_full_acc_0"), s04.get("samples")
     if trained_acc is not None and val_acc is not None and trained_acc - val_acc >= MEMORISED_GAP and n:
+        more = sorted((r for r in lab.beside if r.name.split("*")[0].endswith("+more-data") and "held-out" in r.delta),
+                      key=lambda r: r.budget)
+        said = "; ".join(f"{r.budget:g} min {_delta(r.delta['held-out'])}" for r in more)
         out.append(f"It memorised (first guess {trained_acc:.2f} on its training split, {val_acc:.2f} on validation): "
-                   f"more conversations at the same epochs, `--set n_conversations={2 * n}` with twice the steps, "
-                   "as the lab's frontier grows them with its minutes (the table above).")
+                   f"more conversations, `--set n_conversations={2 * n}`"
+                   + (f"; the recipe lab measured twice the replies against its frontier at equal minutes (fewer "
+                      f"epochs), held-out τ Δ {said} (the table above)." if more else
+                      " with twice the steps, as the lab's frontier grows them with its minutes (the table above)."))
     outside, vocab = s06.get("outside_vocab_share"), s04.get("draft_vocab_size")
     if outside and outside >= OUTSIDE_VOCAB_CAP and vocab:
         rows = [r for r in lab.rows if r.name.startswith("vocab-") and "held-out" in r.delta]
-        said = ", ".join(f"`{r.name}` {r.delta['held-out'].mean:+.3f}" for r in rows)
+        said = ", ".join(f"`{r.name}` {_delta(r.delta['held-out'])}" for r in rows)
         out.append(f"{outside:.0%} of held-out reply tokens lie outside its {vocab}-token vocab, a cap that "
                    f"`--set draft_vocab_size={2 * vocab}` would raise; at this scale do not expect τ from it: a larger "
                    "head trains slower" + (f", and the recipe lab measured held-out τ {said} against its base at "

@@ -1,4 +1,5 @@
-"""What the notebooks share: the first cell's :func:`setup`, and the workdir places they hand each other.
+"""What the notebooks share: the first cell's :func:`setup`, :func:`folded` appendix tables, and the workdir places
+they hand each other.
 
 Notebook 01 saves the draft config to ``workdir/draft_config`` (05 takes its shape); 04 writes the training data to
 ``workdir/data`` (05 and 06 train on it); 05 checkpoints to ``workdir/checkpoint_05`` (06 resumes it); 06 exports its
@@ -52,6 +53,17 @@ def setup(workdir: str | os.PathLike, seed: int | None = None, threads: int | No
     path = Path(workdir)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def folded(obj: Any, summary: str) -> Any:
+    """A long appendix table (a DataFrame or Styler) or text folded under a one-line ``summary``: Jupyter shows the
+    line and opens the rest on a click (HTML ``<details>``), so an appendix reads as a list of what it holds."""
+    import html
+
+    from IPython.display import HTML
+
+    body = obj.to_html() if hasattr(obj, "to_html") else f"<pre>{html.escape(str(obj))}</pre>"
+    return HTML(f"<details><summary>{html.escape(summary)}</summary>{body}</details>")
 
 
 def short(path: str | os.PathLike, workdir: str | os.PathLike) -> str:

@@ -35,10 +35,12 @@
 # gives τ = 1 (only the bonus), a perfect one τ = k + 1. Speed-up grows with τ, minus the draft's own cost.
 #
 # **EAGLE-3** makes the draft tiny and good: it does not read text alone, it reads what the verifier already computed.
-# Three of the verifier's hidden states (a low, a middle and a high layer, the *aux* layers) are concatenated and
-# projected by a linear layer `fc` to the hidden size; together with the embedding of the next token they go through
-# **one decoder layer**, and the draft's own `lm_head` predicts the next token over a *reduced vocabulary* (the most
-# frequent tokens; `d2t` maps a draft id to a verifier id, `t2d` marks which verifier ids the draft can say).
+#
+# - **In:** three of the verifier's hidden states (a low, a middle and a high layer: the *aux* layers), concatenated
+#   and projected by a linear layer `fc` to the hidden size, beside the embedding of the next token.
+# - **Body:** **one decoder layer**.
+# - **Out:** the draft's own `lm_head` over a *reduced vocabulary* (the most frequent tokens; `d2t` maps a draft id to
+#   a verifier id, `t2d` marks which verifier ids the draft can say).
 #
 # **TTT (training-time test, as the EAGLE-3 paper names it; some write "test-time training").** To propose token 2,
 # the draft has no verifier state for token 1 yet: it feeds back its *own* output hidden state. Training does the
@@ -47,13 +49,19 @@
 # it). The *tokens* each step reads stay the verifier's own (teacher forcing); only the hidden state is the draft's.
 # So the draft learns to read its own states, as it must when serving.
 #
-# **Words you will meet** (all in [docs/glossary.md](../docs/glossary.md)): *sdpa*, PyTorch's dense attention over a
-# boolean mask; *flex attention*, PyTorch's compiled attention over a *BlockMask*, a map of which 128-token blocks of
-# queries see which blocks of keys (GPU only for training); *KL divergence*, the loss: how far the draft's next-token
-# distribution is from the verifier's; *teacher forcing*, feeding the right previous tokens instead of the model's own;
-# *GQA*, attention where several query heads share one key/value head; *SpecForge*, another EAGLE-3 trainer, whose
-# τ leaves out the verifier's own token; *Muon*, an optimizer speculators defaults to; *FSDP*, PyTorch's sharding of a
-# model over GPUs; *TPOT*, time per output token.
+# **Words you will meet** (all in [docs/glossary.md](../docs/glossary.md)):
+#
+# | word | meaning |
+# |---|---|
+# | sdpa | PyTorch's dense attention over a boolean mask |
+# | flex attention, BlockMask | PyTorch's compiled attention over a map of which 128-token blocks of queries see which blocks of keys (training: GPU only) |
+# | KL divergence | the loss: how far the draft's next-token distribution is from the verifier's |
+# | teacher forcing | feeding the right previous tokens instead of the model's own |
+# | GQA | attention where several query heads share one key/value head |
+# | SpecForge | another EAGLE-3 trainer; its τ leaves out the verifier's own token |
+# | Muon | an optimizer; speculators' trainer defaults to it |
+# | FSDP | PyTorch's sharding of a model over GPUs |
+# | TPOT | time per output token |
 #
 # ## This notebook
 #
@@ -83,7 +91,7 @@ from eagle3kit.draft import config as dc
 from eagle3kit.draft import explain
 from eagle3kit.draft.idea import plot_idea
 from eagle3kit.draft.model import build_model, forward_random
-from eagle3kit.notebook import DRAFT_CONFIG, setup, short
+from eagle3kit.notebook import DRAFT_CONFIG, folded, setup, short
 from eagle3kit.plan.gpu_plan import DEFAULT_DRAFT_VOCAB as PLAN_DRAFT_VOCAB
 from eagle3kit.runner import record_summary
 
@@ -196,7 +204,7 @@ compare_plans(plans[:1], headline=True)
 # means.
 
 # %%
-table_01
+folded(table_01, f"all {len(table_01)} fields (click to open)")
 
 # %% [markdown]
 # ### A draft for a model you cannot load here: Kimi-K2.5
@@ -235,8 +243,8 @@ explain.memory_footprint(kimi_draft, torch.bfloat16)
 # (`bench/plan.py`).
 
 # %%
-display(compare_plans(plans, headline=True))
-print("\n".join(["Commands for the Llama-3.1-8B run:", *plans[0].commands]))
+display(folded(compare_plans(plans, headline=True), f"the {len(plans)} plans side by side (click to open)"))
+display(folded("\n".join(plans[0].commands), "the commands of the Llama-3.1-8B run (click to open)"))
 plan_figure(plans)
 
 # %% [markdown]
@@ -247,5 +255,7 @@ plan_figure(plans)
 # the same.
 
 # %%
-display(compare_plans(plans))
-print("\n".join(plans[0].assumptions))
+every_row = compare_plans(plans)
+display(folded(every_row, f"all {len(every_row)} rows of the three plans (click to open)"))
+assumed = plans[0].assumptions
+display(folded("\n".join(assumed), f"the {len(assumed)} assumptions under them (click to open)"))

@@ -59,7 +59,7 @@ from eagle3kit.doctor.catalogue.rows import catalogue_frame
 from eagle3kit.doctor.probe.plots import plot_timings
 from eagle3kit.doctor.probe.recommend import (probe_row, recommendation_lines, recommendations, setting_configs,
                                               settings_table, speed_ratios, warm_ups)
-from eagle3kit.notebook import setup, short
+from eagle3kit.notebook import folded, setup, short
 from eagle3kit.runner import record_summary
 
 # %matplotlib inline
@@ -204,7 +204,7 @@ record_summary(workdir, "02", device=device, recommended_training=rec.get(f"{dev
 # %%
 print(f"{matrix.attrs['cached']} of {len(matrix)} cells read back from step 4's run of the same cell and setting "
       "(eagle3kit.doctor.probe.cache)")
-display(probe.shown(matrix))
+display(folded(probe.shown(matrix), f"all {len(matrix)} cells of the probe (click to open)"))
 speed_ratios(matrix, seq_len)
 
 # %% [markdown]
@@ -214,7 +214,8 @@ speed_ratios(matrix, seq_len)
 # consumes, the probe's outcome without and with gradients, and the doctor's errors (training on this device).
 
 # %%
-settings_table(setting_configs(replay.config), matrix, device=device, seq_len=seq_len)
+every_setting = settings_table(setting_configs(replay.config), matrix, device=device, seq_len=seq_len)
+folded(every_setting, f"all {len(every_setting)} settings (click to open)")
 
 # %% [markdown]
 # ### The failure catalogue

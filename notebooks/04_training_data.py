@@ -82,12 +82,16 @@ dvs = draft_vocab_size or None
 #
 # The draft will be asked to predict *this verifier's* text. ShareGPT's replies were written by other models, so with
 # `regenerate_tokens > 0` the verifier first answers each conversation's first user turn itself (greedy), as
-# speculators' `regenerate-responses` does. By default (`regenerate_engine = "auto"`) vLLM's CPU build writes them
-# offline (`vllm.LLM`, bf16 where the CPU computes it natively, every core, all prompts decoded together), in the very
-# rows `regenerate-responses` writes from a vLLM server; `"vllm-served"` takes that served route itself (the same
-# requests to the same engine, with a server's start and HTTP on top), `"transformers"` its batched loop, which is what
-# runs when vLLM is not installed (`bench/regeneration_engines.py` measures the three). The replies are saved as they
-# come and an interrupted run resumes.
+# speculators' `regenerate-responses` does. Which engine writes them (`regenerate_engine`):
+#
+# | engine | what it is | when |
+# |---|---|---|
+# | `"vllm"` | vLLM's CPU build offline (`vllm.LLM`: every core, all prompts decoded together, bf16 where the CPU computes it natively) | `"auto"`, when `make vllm` installed it |
+# | `"vllm-served"` | the same engine behind a server, as `regenerate-responses` calls it (a server's start and HTTP on top) | asked for |
+# | `"transformers"` | a batched loop in this process | `"auto"` without vLLM |
+#
+# All three write the rows `regenerate-responses` writes (`bench/regeneration_engines.py` measures their speed). The
+# replies are saved as they come: an interrupted run resumes.
 #
 # Below, two of the verifier's replies as the draft will be trained on them: the first that does not loop and the
 # first that does. A small verifier decoding greedily often falls into a loop, repeating one sentence with a counter
@@ -212,12 +216,14 @@ data_plots.plot_coverage(curve, dvs)
 # packed batches the trainer consumes. Documents are packed into one row; `document_ids` separates them (-1 = padding).
 
 # %%
-loader = make_loader(data_dir, total_seq_len=total_seq_len, aux_layer_ids=info.aux_layer_ids)
+loader = make_loader(data_dir, total_seq_len=total_seq_len, hidden_states_dtype=getattr(torch, info.dtype),
+                     aux_layer_ids=info.aux_layer_ids)  # the states in the dtype they were stored in, as 05 reads them
 batch = next(iter(loader))
 display(pd.DataFrame([{"key": k, "shape": tuple(v.shape), "dtype": str(v.dtype)} for k, v in batch.items()
                       if torch.is_tensor(v)]))
 print(f"{len(loader)} packed batches of {total_seq_len} tokens from all {info.n_samples} samples (notebook 05 packs the "
-      "same way, from its training split: speculators keeps the last tenth of the samples for validation)")
+      "same way, from its training split: speculators keeps the last tenth of the samples for validation); hidden "
+      f"states in {info.dtype}, as stored above")
 data_plots.plot_batch(batch["document_ids"], loss_mask=batch["loss_mask"])
 
 # %% [markdown]

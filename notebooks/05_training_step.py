@@ -113,29 +113,21 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 # %% [markdown]
 # ## One step at a time
 #
-# `step()` returns the record of that step. The learning rate follows speculators' schedule (`scheduler_type`): a
-# linear warmup, then a decay to 0 at the schedule's horizon (linear, or cosine; `"none"` keeps `lr` throughout). The
-# warmup lasts `warmup_steps` steps, by default 1 % of the horizon rounded down. Step *i* of the warmup (counting from
-# 0) runs at `lr * i / warmup_steps`, as in speculators' trainer: with any warmup at all the first step runs at LR 0
-# and moves no weight, and the full `lr` is reached once the warmup is over; a horizon under 100 steps rounds the
-# warmup down to none, and the first step already runs at `lr`. The cell prints this run's warmup; each row's `lr` is
-# the LR that step used.
+# `step()` trains one step and returns its record; the table has a row a step.
 #
-# **What to expect at this scale.** The draft is one decoder layer trained on notebook 04's few hundred
-# conversations (tens of thousands of tokens; notebook 04 printed the count); a real draft sees tens to hundreds of
-# millions (notebook 01's planned GPU run: 50,000 samples of up to 1,024 tokens).
-# So the loss falls but stays high. How far the accuracy (the draft's token = the verifier's top token)
-# gets depends on how the draft starts. From speculators' random init (`warm_start_layer = None`) the accuracy of the
-# first TTT step (`full_acc_0`, the draft's first guess)
-# starts near zero and climbs slowly at this scale: the draft has to learn what the verifier already knows.
-# Warm-started from a verifier layer (`warm_start_layer`, e.g. -1: the last one), the draft's layer already computes
-# what the verifier's does; it still starts near zero (the half of its attention that reads token embeddings is
-# random), but within a few dozen steps a real share of the first TTT step's tokens match, and the later TTT steps trail
-# behind. The Run N cell below prints where this run's accuracy started and where it got. A loss that falls over the
-# first steps is healthy here; a flat, rising or NaN loss is not. Whether the *wiring* is sound is not shown by this
-# loss but by the overfit check at the end: a draft wired right memorises one conversation. The accuracies here are
-# on the training batches; notebook 06 sets the first guess on the validation split beside them (the gap says how
-# much the draft memorised).
+# - **Learning rate:** speculators' schedule (`scheduler_type`): a linear warmup over `warmup_steps` (by default 1 % of
+#   the horizon, rounded down), then a decay to 0 (linear or cosine; `"none"` keeps `lr`). Warmup step *i* (from 0)
+#   runs at `lr * i / warmup_steps`, as in speculators' trainer, so with any warmup the first step runs at LR 0 and
+#   moves no weight. Each row's `lr` is the LR that step used; the cell prints this run's warmup.
+# - **What to expect at this scale:** one decoder layer on notebook 04's few hundred conversations (tens of thousands
+#   of tokens), where a real draft sees tens to hundreds of millions. The loss falls but stays high.
+# - **Accuracy** (`full_acc_0`: the draft's first guess is the verifier's top token): from speculators' random init
+#   (`warm_start_layer = None`) it starts near zero and climbs slowly. Warm-started from a verifier layer (-1: the
+#   last) it also starts near zero (the half of its attention that reads token embeddings is random), but within a
+#   few dozen steps a real share of first guesses match; the later TTT steps trail behind.
+# - **Healthy or not:** a loss that falls over the first steps is healthy; a flat, rising or NaN loss is not. Whether
+#   the *wiring* is sound shows in the overfit check at the end, not in this loss. These accuracies are on training
+#   batches; notebook 06 sets the validation split's beside them (the gap: how much the draft memorised).
 
 # %%
 print(f"warmup: {session.warmup_steps} of {session.total_steps} steps (scheduler {session.settings.scheduler_type})")

@@ -206,7 +206,7 @@ gate = check_in_vllm(out, build.verifier.path, [p[0].tolist() for p in prompts],
                      enabled=vllm_check, groups={bench: bench_ids} if bench else None)
 vllm = gate.check
 if vllm is not None:
-    print(summary.vllm_headline(vllm, sim["trained"].tau))
+    print(summary.vllm_headline(vllm, sim["trained"].tau, gate.groups))
 print("\n".join(gate.lines()))
 
 # %% [markdown]

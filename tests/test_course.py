@@ -154,8 +154,10 @@ def test_what_to_change_follows_the_runs_own_diagnosis():
     memorised = {"train_full_acc_0": 0.88, "val_full_acc_0": 0.32, "outside_vocab_share": 0.12}
     lines = next_run.levers(memorised, {"samples": 256, "draft_vocab_size": 2048}, lab)
     assert lines[0].startswith("It memorised") and "`--set n_conversations=512`" in lines[0]
+    more = [r for r in lab.beside if r.name == "pack-512+more-data"]  # the lab's evidence, with its interval
+    assert more and f"{more[0].budget:g} min {more[0].delta['held-out'].mean:+.3f} [" in lines[0]
     assert "12% of held-out reply tokens" in lines[1] and "`--set draft_vocab_size=4096`" in lines[1]
-    assert "`vocab-8192` -0.048" in lines[1] and "do not expect τ from it" in lines[1]  # the lab's row, its sign
+    assert "`vocab-8192` -0.048 [" in lines[1] and "do not expect τ from it" in lines[1]  # the lab's row, its sign
     healthy = {"train_full_acc_0": 0.5, "val_full_acc_0": 0.45, "outside_vocab_share": 0.03}
     assert next_run.levers(healthy, {"samples": 256, "draft_vocab_size": 2048}, lab) == []
     assert next_run.levers({}, {}, lab) == []
@@ -172,6 +174,13 @@ def test_a_frontier_point_that_is_a_preset_says_so_instead_of_repeating_its_opti
         assert line.endswith(f"| `--preset {preset}` (its recipe on this CPU) |" if preset else
                              f"| `--preset demo {next_run.set_options(row, lab)}` |")
     assert any("(its recipe on this CPU)" in line for line in table.splitlines())  # the full preset is a point
+    chosen = lab.context.get("frontier_presets", {})  # each preset the lab chose from its points reads as one
+    for preset, view in chosen.items():
+        row = next(r for r in lab.frontier + lab.beside if r.name == view["recipe"] and r.budget == view["minutes"])
+        assert next_run.run_it(row, lab) == f"`--preset {preset}` (its recipe on this CPU)", preset
+        assert next_run.conversations(row, lab) == view["data"]["n_conversations"]
+    for row in lab.frontier + lab.beside:  # the replies a point trained on, as the lab recorded them
+        assert next_run.conversations(row, lab) == row.conversations
 
 
 def test_the_lab_and_this_run_name_their_own_held_out_counts():
@@ -234,3 +243,33 @@ def test_the_verdict_says_too_close_to_call_where_the_break_even_lies_inside_the
     assert course.verdict(clear) == course.verdict({**clear, "tau_vllm_interval": None})
     model_only = {**served, "tau_vllm_interval": [1.50, 1.60]}  # 0.97x: inside the model's own error
     assert "too close to call: the predicted 0.97x" in course.verdict(model_only)
+
+
+def test_the_handoff_gives_the_readmes_gpu_commands(tmp_path):
+    """Notebook 06's hand-off and the README's GPU recipe ask for the same sharding with the same flags."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().split("<!-- gpu-recipe -->", 1)[1]
+    lines = [ln.split(" #")[0].strip() for ln in re.search(r"```bash\n(.*?)```", readme, re.S).group(1).splitlines()]
+    rows = course.handoff(tmp_path, {"plan_verifier": "llama-3.1-8b", "plan_gpu": "H100-80GB"})
+    torchrun = [c for c, _ in rows if c.startswith("torchrun")]
+    assert torchrun == [ln for ln in lines if ln.startswith("torchrun")] and torchrun[0].endswith("--fsdp-shard")
+    for tool in ("launch", "rehearse"):
+        ours = next(c for c, _ in rows if c.startswith(f"eagle3kit {tool}")).split()
+        theirs = next(ln for ln in lines if ln.startswith(f"eagle3kit {tool}")).split()
+        assert ("--fsdp" in ours) == ("--fsdp" in theirs) is True
+    without = course.handoff(tmp_path, {})  # the defaults: the same commands
+    assert [c for c, _ in without] == [c for c, _ in rows]
+
+
+def test_mt_bench_beside_the_headline_is_counted_as_the_headline_is_with_its_mean_beside():
+    """vLLM's held-out τ pools all rounds; MT-bench beside it is pooled the same way (its interval too), the mean
+    over its prompts (the table's and the lab's count) in brackets; a summary without the pooled interval keeps the
+    mean alone."""
+    both = {"tau": 1.301, "low": 1.274, "high": 1.328, "pooled": 1.287, "pooled_low": 1.262, "pooled_high": 1.311}
+    served = {**SIMULATED, "tau_vllm": 1.59, "vllm_prompts": 16, "mt-bench_vllm": both, "mt-bench_prompts": 80}
+    said = "1.29 [1.26, 1.31] (all rounds pooled; the mean over its prompts 1.30 [1.27, 1.33])"
+    assert course.bench_tau(both) == said
+    assert f"on MT-bench's 80 first turns {said}" in course.five_lines(served, read_lab())[0]
+    assert f"MT-bench's first turns: τ {said} over 80 prompts" in " ".join(course.headline(served))
+    assert course.bench_tau(SIMULATED["mt-bench_sim"]) == "1.13 [1.10, 1.16]"

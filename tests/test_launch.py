@@ -111,6 +111,24 @@ def test_cli_launch_prints_yaml_table_and_command(tiny_data, tmp_path, capsys):
     assert (tmp_path / "run.yaml").exists()
 
 
+def test_cli_launch_max_steps_writes_the_epochs_that_hold_them_and_says_which_bound_ends_the_run(tiny_data, tmp_path,
+                                                                                                  capsys):
+    """--max-steps alone: the YAML's epochs are the fewest that hold those steps on the ranks, so max_steps (the LR
+    schedule's horizon) ends the run; --epochs given too is kept, and the line says when the epochs end it first."""
+    argv = ["launch", "--data", str(tiny_data), "--total-seq-len", str(SEQ), "--gpus", "2", "--max-steps", "40"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    packs = int(out.split(" packs of ")[0].rsplit("\n", 1)[-1])
+    epochs = yaml.safe_load((tmp_path / "a" / "run.yaml").read_text())["train"]["trainer"]["epochs"]
+    per_rank = -(-packs // 2)
+    assert epochs == -(-40 // per_rank) and (epochs - 1) * per_rank < 40 <= epochs * per_rank
+    assert "max_steps 40 ends the run on 2 ranks" in out
+    assert main([*argv, "--epochs", "1", "--out", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert yaml.safe_load((tmp_path / "b" / "run.yaml").read_text())["train"]["trainer"]["epochs"] == 1
+    assert f"the 1 epochs end the run first, at about {per_rank} of its 40 steps" in out
+
+
 def test_cluster_run_gets_speculators_length_cluster_paths_and_a_multi_node_command(build, tiny_data, tmp_path):
     """cluster_settings: speculators' own total_seq_len unless given; the YAML names the cluster's paths, the plan
     keeps this machine's; several nodes rendezvous through c10d in a command torchrun itself parses."""
@@ -159,7 +177,7 @@ def test_cli_launch_for_the_cluster_and_rehearse_told_the_local_data(tiny_data, 
 
 
 def test_the_plan_says_which_bound_ends_the_run_and_when_epochs_would_cut_the_schedule_short():
-    """speculators stops at max_steps or after epochs, whichever comes first: the demo's 1306 steps end a one-rank
+    """speculators stops at max_steps or after epochs, whichever comes first: a 1306-step run ends a one-rank
     run after 13.7 epochs of its 95 packs, while on 8 ranks its 20 epochs would end it at 240 steps."""
     from eagle3kit.train.session import TrainSettings
 

@@ -143,6 +143,8 @@ def test_all_notebooks_run_with_the_ci_preset(ci_run):
     # the longest context the draft saw: its longest training document, within the pack and the data's cap
     assert 0 < why["trained_length"] <= min(ci["05"]["total_seq_len"], ci["04"]["seq_length"])
     assert all((out / p.name).exists() for p in NOTEBOOKS)
+    for name in ("01_build_draft_config.ipynb", "02_debug_attention.ipynb"):  # their appendices' long tables, folded
+        assert "<details><summary>all " in (out / name).read_text(), name
     for path in NOTEBOOKS:  # one parameters cell a notebook, holding the values that ran
         cells = nbformat.read(out / path.name, as_version=4).cells
         tagged = [c for c in cells if {"parameters", "injected-parameters"} & set(c.metadata.get("tags", []))]
@@ -234,6 +236,15 @@ def test_setup_seeds_caps_threads_widens_tables_and_makes_the_workdir(tmp_path):
     finally:
         torch.set_num_threads(threads)
         pd.set_option("display.max_colwidth", width)
+
+
+def test_an_appendix_table_or_text_is_folded_under_its_line_with_every_row():
+    df = pd.DataFrame({"field": ["a", "b"], "value": [1, 2]})
+    table = notebook.folded(df, "all 2 fields <click>").data
+    assert table.startswith("<details><summary>all 2 fields &lt;click&gt;</summary>") and table.endswith("</details>")
+    assert df.to_html() in table  # every row, only folded
+    text = notebook.folded("line 1\nline <2>", "two lines").data
+    assert "<pre>line 1\nline &lt;2&gt;</pre>" in text
 
 
 def test_a_printed_path_names_the_workdir_or_home_not_this_machines_folders(tmp_path):

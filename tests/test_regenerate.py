@@ -81,6 +81,30 @@ def test_build_dataset_trains_on_the_regenerated_replies(smollm2, tiny_verifier,
         assert any(r and text.startswith(r) for r in replies)  # the supervised text is a verifier reply
 
 
+def test_the_held_out_conversations_of_regenerated_data_do_not_depend_on_how_many_replies_were_written(
+        tiny_verifier, tmp_path):
+    """A regenerated file is already a seeded sample whose first rows do not depend on its size: build_dataset keeps
+    its order, so the held-out conversations (taken first) are the same for 8 and 12 replies. The same rows as a
+    plain JSONL (no regeneration settings) are shuffled by size, and there they differ."""
+    from eagle3kit.data.regenerate import in_seeded_order
+
+    held = {}
+    for n in (8, 12):
+        src = tmp_path / f"regen-{n}.jsonl"
+        regenerate(tiny_verifier, src, n_conversations=n, max_new_tokens=8, progress=False)
+        plain = tmp_path / f"plain-{n}.jsonl"
+        conv.write_jsonl(plain, conv.read_jsonl(src))
+        assert in_seeded_order(src) and not in_seeded_order(plain) and not in_seeded_order(None)
+        for kind, source in (("regenerated", src), ("plain", plain)):
+            out = tmp_path / f"data-{kind}-{n}"
+            build_dataset(tiny_verifier, out, n_conversations=n - 6, seq_length=512, held_out=2, source=source,
+                          progress=False)
+            held[kind, n] = [t[0]["content"] for t in held_out_conversations(out)]
+    assert held["regenerated", 8] == held["regenerated", 12] == [
+        t[0]["content"] for t in conv.read_jsonl(tmp_path / "regen-8.jsonl")[:2]]
+    assert held["plain", 8] != held["plain", 12]
+
+
 def test_prompt_turns_and_bad_input(tiny_verifier, tmp_path):
     turns = [{"role": "assistant", "content": "a0"}, {"role": "system", "content": "s"},
              {"role": "user", "content": "u"},

@@ -121,6 +121,12 @@ def test_trained_draft_gets_tau_above_one_in_vllm(smollm2, smollm2_data, tmp_pat
     check = serve.VllmCheck(**raw["vllm"])
     assert check.tau > 1.0 and check.accepted > 0
     assert check.lossless == n
+    from eagle3kit.evaluate.summary import vllm_headline, vllm_interval  # notebook 06's headline, both sets pooled
+    low, high = vllm_interval(check)
+    assert low <= check.tau <= high
+    alone, both = vllm_headline(check, 1.0), vllm_headline(check, 1.0, {"mt-bench": check})
+    assert alone.count(f"τ {check.tau:.3f} [{low:.3f}, {high:.3f}]") == 1 and "\n" not in alone
+    assert both.count(f"τ {check.tau:.3f} [{low:.3f}, {high:.3f}]") == 2 and f"mt-bench's {n} prompts" in both
     # both sets in one start of each engine: the worker's per-set counters (from vLLM's per-request acceptance) sum
     # to vLLM's own aggregate counters, and each set's table is made of that set's requests
     per_set = raw["vllm_sets"]

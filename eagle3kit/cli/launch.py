@@ -4,6 +4,8 @@ on request."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 
 from eagle3kit.cli.args import given
 from eagle3kit.cli.train import run_options, run_spec
@@ -30,6 +32,7 @@ def launch_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     """write the speculators TrainConfig YAML + torchrun command (and dry-run it)"""
+    from eagle3kit.data.loader import make_loader
     from eagle3kit.doctor.checks.run import trainer_findings
     from eagle3kit.doctor.findings import format_findings
     from eagle3kit.draft.config import DraftSpec, build_config
@@ -42,6 +45,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
     spec, _data = run_spec(args, device="cpu")
     build = build_config(spec)
     settings = launch.cluster_settings(**given(args, TrainSettings))
+    ranks = args.gpus * args.nodes
+    packs = len(make_loader(args.data, settings.total_seq_len, train_ratio=settings.train_data_ratio, split="train",
+                            seed=settings.seed, check=False))  # a rank's step takes one of them
+    if settings.max_steps is not None and "epochs" not in given(args, TrainSettings):  # max_steps ends the run
+        settings = dataclasses.replace(settings, epochs=math.ceil(settings.max_steps / math.ceil(packs / ranks)))
     attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}
     plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp, gpu=args.gpu,
                              nodes=args.nodes, rdzv_endpoint=args.rdzv_endpoint, cluster_data=args.cluster_data,
@@ -53,6 +61,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     where = f"{args.gpus} GPU(s)" if args.nodes == 1 else \
         f"{args.nodes} nodes x {args.gpus} GPUs (the same command on every node)"
     print(f"\nRun it on {where}:\n  {plan.command}")
+    print(f"{packs} packs of {settings.total_seq_len} tokens an epoch: {settings.ending(packs, ranks)}")
     data_here = f" --data {args.data}" if args.cluster_data else ""
     print(f"Rehearse it here first: eagle3kit rehearse --config {plan.yaml_path}{data_here} --out REHEARSAL_DIR")
     if not args.dry_run and (found := trainer_findings()):  # this machine cannot run it: say so before a user tries

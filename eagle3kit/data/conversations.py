@@ -166,12 +166,14 @@ def usable(turns: Turns) -> bool:
     return any(t["role"] == "assistant" and t["content"].strip() and j > 0 for j, t in enumerate(turns))
 
 
-def ordered(conversations: list[Turns], seed: int = 0, counts: dict | None = None, from_end: bool = False
-            ) -> Iterator[Turns]:
-    """Usable conversations, normalised, in a seeded order (``from_end``: that order backwards, each normalised only
-    when reached); ``counts["skipped_unusable"]`` counts the others."""
+def ordered(conversations: list[Turns], seed: int = 0, counts: dict | None = None, from_end: bool = False,
+            shuffle: bool = True) -> Iterator[Turns]:
+    """Usable conversations, normalised, in a seeded order (``shuffle=False``: in the order given, for a list that is
+    already a seeded sample; ``from_end``: that order backwards, each normalised only when reached);
+    ``counts["skipped_unusable"]`` counts the others."""
     order = list(range(len(conversations)))
-    random.Random(seed).shuffle(order)
+    if shuffle:
+        random.Random(seed).shuffle(order)
     for i in reversed(order) if from_end else order:
         turns = normalize(conversations[i])
         if usable(turns):

@@ -50,6 +50,7 @@ from eagle3kit.data import vocab
 from eagle3kit import validate
 from eagle3kit.data.directory import DataDir, DataError
 from eagle3kit.data.manifest import Manifest, Request, verifier_identity
+from eagle3kit.data.regenerate import in_seeded_order
 from eagle3kit.device import resolve_device, resolve_dtype
 from eagle3kit.draft.config import check_draft_vocab_size, resolve_aux_layer_ids
 from eagle3kit.progress import tqdm
@@ -133,8 +134,10 @@ def training_rows(tokenizer, request: Request, counts: dict | None = None
     counts = counts if counts is not None else {}
     conversations = conv.read(request.source)
     counts["source_conversations"] = len(conversations)
-    stream = conv.ordered(conversations, request.seed, counts)
-    held = list(itertools.islice(stream, request.held_out))  # first, so it does not depend on n
+    # a regenerated source is already a seeded sample, in an order whose head does not depend on its size: kept as is,
+    # so the held-out conversations (taken first) do not depend on n, nor on how many replies were regenerated
+    stream = conv.ordered(conversations, request.seed, counts, shuffle=not in_seeded_order(request.source))
+    held = list(itertools.islice(stream, request.held_out))
 
     def rows() -> Iterator[tuple[conv.Turns, conv.Tokenized]]:
         for turns in stream:

@@ -205,6 +205,20 @@ def distinct_prompts(tokenizer, source: str | os.PathLike | None, seed: int, n: 
         f"The source has only {len(out)} conversations with a distinct user turn; ask for fewer.")
 
 
+def in_seeded_order(source: str | os.PathLike | None) -> bool:
+    """Whether ``source`` is a file :func:`regenerate` finished (each row carries its settings): its rows are already
+    a seeded sample of their source, in an order whose first rows do not depend on how many were asked for, so a
+    data directory that takes its held-out conversations first keeps the same ones at any ``n_conversations``."""
+    if source is None or not Path(source).is_file():
+        return False
+    with Path(source).open(encoding="utf-8") as f:
+        try:
+            first = json.loads(f.readline() or "{}")
+        except json.JSONDecodeError:
+            return False
+    return isinstance(first, dict) and "seed" in (first.get("settings") or {})
+
+
 def _read_records(path: Path) -> list[dict]:
     records = []
     for line in path.read_text(encoding="utf-8").splitlines():

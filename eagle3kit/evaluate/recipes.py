@@ -63,6 +63,7 @@ class LabRow:
     delta: dict[str, Tau] = field(default_factory=dict)
     prompts: dict[str, int] = field(default_factory=dict)  # set -> prompts scored
     per_prompt: dict = field(default_factory=dict, compare=False)  # set -> {prompt id: τ} (raw results only)
+    conversations: int | None = None  # the verifier's replies it trained on (None: a summary written before)
 
     @property
     def minutes(self) -> float:
@@ -80,7 +81,8 @@ class LabRow:
         minutes = r["minutes"]  # training: the steps at the calibrated seconds a step (what the budget counts)
         return cls(r["name"], r["lever"], r["what"], minutes["data"], minutes.get("train_planned", minutes["train"]),
                    r["steps"], r["epochs"], taus, minutes["train"], r.get("budget"),
-                   prompts={name: len(records) for name, records in r["records"].items()}, per_prompt=per_prompt)
+                   prompts={name: len(records) for name, records in r["records"].items()}, per_prompt=per_prompt,
+                   conversations=r.get("data", {}).get("n_conversations"))
 
     def with_delta(self, ref: LabRow | None) -> LabRow:
         """This row with its paired Δ against ``ref`` on every set both scored."""
@@ -95,14 +97,15 @@ class LabRow:
                 "train_measured": round(self.train_measured, 2), "steps": self.steps, "epochs": self.epochs,
                 "tau": {s: [round(t.mean, 4), round(t.low, 4), round(t.high, 4)] for s, t in self.tau.items()},
                 "delta": {s: [round(t.mean, 4), round(t.low, 4), round(t.high, 4)] for s, t in self.delta.items()},
-                "prompts": self.prompts}
+                "prompts": self.prompts, "conversations": self.conversations}
 
     @classmethod
     def from_summary(cls, d: dict) -> LabRow:
         taus = {s: Tau(*v) for s, v in d["tau"].items()}
         return cls(d["name"], d["lever"], d["what"], d["data_minutes"], d["train_minutes"], d["steps"], d["epochs"],
                    taus, d.get("train_measured", float("nan")), d.get("budget"),
-                   {s: Tau(*v) for s, v in d.get("delta", {}).items()}, d.get("prompts", {}))
+                   {s: Tau(*v) for s, v in d.get("delta", {}).items()}, d.get("prompts", {}),
+                   conversations=d.get("conversations"))
 
 
 def paired_gain(row: LabRow, ref: LabRow, on: str) -> Tau | None:

@@ -138,8 +138,10 @@ class CpuPrediction:
             (f"verifier step, {p.batch} x 1 tokens (no draft)", p.verifier_s * 1e3, "measured"),
             (f"verifier step, {d.batch} x {self.k + 1} tokens (checks k = {self.k})", d.verifier_s * 1e3, "measured"),
             ("draft step (one draft forward)", d.draft_step_s * 1e3, "measured"),
-            ("engine's other work per step (no draft)", p.other_s * 1e3, "measured"),
-            ("engine's other work per round (with the draft)", d.other_s * 1e3, "measured"),
+            ("engine's other work per step (no draft: scheduling, sampling, outputs)", p.other_s * 1e3, "measured"),
+            ("engine's other work per round (with the draft: the same, plus checking each sequence's k draft "
+             "tokens against the verifier's and its bookkeeping; neither model's forward)", d.other_s * 1e3,
+             "measured"),
             ("plain step", p.step_s * 1e3, "measured"),
             ("speculative round", d.step_s * 1e3, "measured"),
             ("τ (vLLM's counters, 1 + Σ per-position acceptance)", self.tau, "measured"),

@@ -38,8 +38,11 @@ class BenchScores:
         if engine not in self.records:
             return None
         row = scores.summarise(self.records[engine]).iloc[-1]
+        scored = [r for r in self.records[engine] if r.rounds]
+        pooled_low, pooled_high = scores.pooled_interval([r.rounds for r in scored], [r.accepted for r in scored])
         return {"tau": round(float(row["tau"]), 3), "low": round(float(row["low"]), 3),
-                "high": round(float(row["high"]), 3), "pooled": round(float(row["pooled"]), 3)}
+                "high": round(float(row["high"]), 3), "pooled": round(float(row["pooled"]), 3),
+                "pooled_low": round(pooled_low, 3), "pooled_high": round(pooled_high, 3)}
 
     def per_category(self, engine: str) -> dict[str, float]:
         table = scores.summarise(self.records.get(engine, []))
@@ -87,14 +90,21 @@ def vllm_interval(vllm: VllmCheck) -> tuple[float, float]:
                                   [sum(i * n for i, n in enumerate(h)) for h in vllm.histograms])
 
 
-def vllm_headline(vllm: VllmCheck, simulated: float) -> str:
+def vllm_headline(vllm: VllmCheck, simulated: float, groups: dict[str, VllmCheck] | None = None) -> str:
     """Notebook 06's headline τ in one line: vLLM's counters on the held-out prompts with its interval, the simulation
-    of the same prompts beside it, and whether the draft left the output unchanged."""
+    of the same prompts beside it, and whether the draft left the output unchanged; then each named set of the same
+    run (``groups``), counted the same way (all rounds pooled, as vLLM's aggregate counters count)."""
     n = len(vllm.outputs_plain)
     low, high = vllm_interval(vllm)
-    return (f"headline: τ {vllm.tau:.3f} [{low:.3f}, {high:.3f}] on {n} held-out prompts, by vLLM's own counters "
-            f"(k = {vllm.k}; 95 % interval over the prompts); simulated on the same prompts: {simulated:.3f}; the "
-            f"output with the draft equals the output without on {vllm.lossless}/{n}")
+    line = (f"headline: τ {vllm.tau:.3f} [{low:.3f}, {high:.3f}] on {n} held-out prompts, by vLLM's own counters "
+            f"(k = {vllm.k}; all rounds pooled; 95 % interval over the prompts); simulated on the same prompts: "
+            f"{simulated:.3f}; the output with the draft equals the output without on {vllm.lossless}/{n}")
+    for name, group in (groups or {}).items():
+        low, high = vllm_interval(group)
+        m = len(group.outputs_plain)
+        line += (f"\n          τ {group.tau:.3f} [{low:.3f}, {high:.3f}] on {name}'s {m} prompts, counted the same way "
+                 f"in the same run ({m} prompts: the steadier figure); output unchanged on {group.lossless}/{m}")
+    return line
 
 
 def summary_numbers(sim: dict[str, Acceptance], real: dict[str, DecodeRun], gate: VllmGate,

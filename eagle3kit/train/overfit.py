@@ -80,6 +80,13 @@ class OverfitResult:
         return self.learned and self.mean_accepted >= self.threshold * self.expected_accepted
 
     @property
+    def predicted_words(self) -> str:
+        """How the predicted draft tokens a round are counted, with this run's accuracies."""
+        terms = " + ".join("·".join(f"{a:.2f}" for a in self.full_acc[:i + 1]) for i in range(len(self.full_acc)))
+        return (f"training predicts {self.expected_accepted:.2f} (draft token i is accepted only when every one "
+                f"before it is: {terms})")
+
+    @property
     def message(self) -> str:
         head = (f"overfit check: τ {self.tau:.2f} of a possible {self.k + 1} after {self.steps} steps on one "
                 f"conversation ({self.reply_tokens} reply tokens; loss {self.losses[0]:.3f} -> {self.losses[-1]:.3f}"
@@ -87,13 +94,13 @@ class OverfitResult:
                 f"{'equals' if self.lossless else 'DIFFERS FROM'} greedy)")
         if self.passed:
             return head + (f": passed, the decode loop accepts {self.mean_accepted:.2f} draft tokens a round where "
-                           f"training predicts {self.expected_accepted:.2f}: the draft is wired to learn.")
+                           f"{self.predicted_words}: the draft is wired to learn.")
         if not self.learned:
             return (head + f": FAILED, the draft did not learn its one conversation (training accuracy at TTT step 0 "
                     f"below {LEARNED}). A draft that cannot overfit one sample most likely has a wiring bug: check the "
                     "loss mask, the attention mask and the learning rate, or train more steps.")
         return (head + f": FAILED, the decode loop accepts {self.mean_accepted:.2f} draft tokens a round where "
-                f"training predicts {self.expected_accepted:.2f} (needs >= {self.threshold:.0%} of it): the draft "
+                f"{self.predicted_words}; it needs >= {self.threshold:.0%} of that: the draft "
                 "learned states the verifier does not give when serving, or its tokens are mapped wrong. Check the "
                 "d2t/t2d mapping, and the data with `eagle3kit doctor --data DIR`, before a long run.")
 
