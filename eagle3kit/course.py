@@ -141,7 +141,8 @@ def why(s06: dict) -> str:
                      f"cumulative shares ({terms} = {sum(acc):.2f}), so the first one sets the scale.")
     outside = s06.get("outside_vocab_share")
     if outside:
-        parts.append(f"{outside:.0%} of the held-out replies' tokens lie outside the draft's vocabulary, which it "
+        parts.append(f"{outside:.0%} of the tokens of the held-out replies it was scored on (the verifier's greedy "
+                     f"continuations) lie outside the draft's vocabulary, which it "
                      "can never propose: a cap that only a larger `draft_vocab_size`, or one counted on data nearer "
                      "these replies, lifts.")
     trained_acc, val_acc = s06.get("train_full_acc_0"), s06.get("val_full_acc_0")
@@ -200,21 +201,25 @@ def five_lines(s06: dict, lab: Lab) -> list[str]:
            + (f"; on MT-bench's {s06.get('mt-bench_prompts')} first turns {bench_tau(bench)}" if bench else "")
            + f"; untrained {_tau(s06.get('tau_untrained'))}.")
     speed, there = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there")
+    alone = s06.get("tokens_per_s_vllm_alone")
     buys_line = "**Buys** " + "; ".join(filter(None, [
-        f"{speed['draft'] / speed['plain']:.2f}x here (vLLM CPU build, {s06.get('vllm_batch')} sequences together)"
-        if speed else "",
+        f"{alone['draft'] / alone['plain']:.2f}x here one prompt at a time ({s06.get('vllm_alone_prompts')} prompts, "
+        "a first look)" if alone else "",
+        f"{speed['draft'] / speed['plain']:.2f}x here with {s06.get('vllm_batch')} sequences together (vLLM CPU build"
+        f"{', compute-bound' if alone else ''})" if speed else "",
         f"{there:.2f}x predicted for a {s06.get('plan_verifier')} draft that accepts as this one does, on one "
         f"{s06.get('plan_gpu')} at batch {s06.get('serve_batch')} (it pays there above τ "
         f"{_tau(s06.get('break_even_there'))})" if there is not None else ""])) + "."
     acc, outside = s06.get("acceptance_there") or [], s06.get("outside_vocab_share")
     trained_acc, val_acc = s06.get("train_full_acc_0"), s06.get("val_full_acc_0")
     causes = [f"its first draft token is accepted in {acc[0]:.0%} of rounds" if acc else "",
-              f"{outside:.0%} of reply tokens lie outside its vocab" if outside else "",
+              f"{outside:.0%} of the tokens of the held-out replies it was scored on lie outside its vocab"
+              if outside else "",
               f"it memorised (first guess right {trained_acc:.2f} on training, {val_acc:.2f} on validation)"
               if trained_acc is not None and val_acc is not None and trained_acc - val_acc >= MEMORISED_GAP else ""]
     why_line = "**Why** " + "; ".join(filter(None, causes)) + " (notebook 07 looks closer)."
     return [tau, buys_line, "**So** " + verdict(s06).removeprefix("Verdict: "), why_line,
-            "**Next** " + (reaches(lab, s06.get("break_even_there")) or "see what more minutes buy, below.")]
+            "**Next** " + (reaches(lab, s06.get("break_even_there")) or "see what more minutes buy, in the appendix.")]
 
 
 def details(s06: dict) -> list[str]:
@@ -224,24 +229,30 @@ def details(s06: dict) -> list[str]:
             "**Why.** " + why(s06)]
 
 
-def details_markdown(workdir: str | os.PathLike) -> str:
-    """Every number of the conclusion's five lines in full (:func:`details`), as Markdown: notebook 06's appendix."""
-    return "\n\n".join(details(read_summary(workdir, "06") or {}))
+def details_markdown(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
+    """Notebook 06's appendix, as Markdown: every number of the conclusion's five lines in full (:func:`details`),
+    then what more minutes buy: the recipe lab's points, each with the options that run it here."""
+    s04, s06 = (read_summary(workdir, nn) or {} for nn in ("04", "06"))
+    lab = lab or read_lab()
+    return "\n\n".join([*details(s06), "### What more minutes buy",
+                         "The recipe lab's frontier recipe at each budget, and the levers run on top of it, measured "
+                         "on this verifier at CPU scale (a GPU run lands elsewhere); the last column runs the point "
+                         "in these notebooks.",
+                         frontier_table(lab, s06.get("minutes_to_make"), _headline_tau(s06),
+                                        conversations_here=s04.get("samples"), steps=s06.get("train_steps_total"),
+                                        bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau")),
+                         " ".join(filter(None, [prompt_sets(lab, s06.get("held_out_prompts")),
+                                                minutes_caveat(lab)]))])
 
 
 def conclusion(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
-    """Notebook 06's closing section as Markdown, from the run's summaries and the recipe lab: five lines, what more
-    minutes buy, what to change, the GPU hand-off (every number in full: :func:`details_markdown`)."""
+    """Notebook 06's closing section as Markdown, from the run's summaries and the recipe lab: five lines, what to
+    change, the GPU hand-off (every number in full, and what more minutes buy: :func:`details_markdown`)."""
     s04, s06 = (read_summary(workdir, nn) or {} for nn in ("04", "06"))
     lab = lab or read_lab()
     parts = ["## Conclusion", "\n".join(f"{i}. {line}" for i, line in enumerate(five_lines(s06, lab), 1)),
-             "### What more minutes buy",
-             "The recipe lab's best recipe at each budget, measured on this verifier at CPU scale (a GPU run lands "
-             "elsewhere); the last column runs the point in these notebooks.",
-             frontier_table(lab, s06.get("minutes_to_make"), _headline_tau(s06), conversations_here=s04.get(
-                 "samples"), steps=s06.get("train_steps_total"), bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau")),
-             " ".join(filter(None, [prompt_sets(lab, s06.get("held_out_prompts")), minutes_caveat(lab)])),
              "### What to change", "\n".join(f"- {line}" for line in to_change(lab, s06, s04)),
              "### On GPUs: your verifier, your conversations", handoff_table(handoff(workdir, s06)),
-             "Every number of the five lines, in full and with what measured it: the appendix."]
+             "Every number of the five lines in full, and what more minutes buy (the recipe lab's points, each with "
+             "the options that run it here): the appendix."]
     return "\n\n".join(parts)

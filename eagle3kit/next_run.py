@@ -122,9 +122,15 @@ def reaches(lab: Lab, tau: float | None, on: str = "held-out") -> str:
     rows = sorted((r for r in lab.frontier if on in r.tau), key=lambda r: r.minutes)
     hit = first_reaching(lab, tau, on)
     if hit:
-        return (f"The lab reached τ {tau:.2f}, the planned GPU run's break-even, at {hit.minutes:.1f} CPU minutes "
-                f"({point_label(hit, lab)}: {hit.tau[on]} on its own {on} prompts; its interval says how sure): "
-                f"{run_it(hit, lab)}.")
+        sure = ("" if hit.tau[on].low >= tau else
+                f", its interval reaching below {tau:.2f}: a mean above it, not yet a sure one")
+        other = next((s for s in hit.tau if s != on), None)
+        beside = (f"; on {other} {hit.tau[other]}, {'above' if hit.tau[other].mean >= tau else 'below'} it"
+                  if other else "")
+        return (f"By its mean τ the lab first reached {tau:.2f}, the planned GPU run's break-even, at "
+                f"{hit.minutes:.1f} CPU minutes ({point_label(hit, lab)}: {hit.tau[on]} on its own {on} prompts"
+                f"{sure}{beside}; the lab's verifier is this run's, not the planned run's, so this is where its "
+                f"curve crosses the bar, not a forecast for that run): {run_it(hit, lab)}.")
     before = sorted((r for r in lab.frontier_before if on in r.tau), key=lambda r: r.minutes)
     old = next((r for r in before if r.tau[on].mean >= tau), None)
     then = (f" The lab's first round, drawn faint in the figure, did reach it at {old.minutes:.0f} minutes "
@@ -173,8 +179,9 @@ def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
         out.append(f"It memorised (first guess {trained_acc:.2f} on its training split, {val_acc:.2f} on validation): "
                    f"more conversations, `--set n_conversations={2 * n}`"
                    + (f"; the recipe lab measured twice the replies against its frontier at equal minutes (fewer "
-                      f"epochs), held-out τ Δ {said} (the table above)." if more else
-                      " with twice the steps, as the lab's frontier grows them with its minutes (the table above)."))
+                      f"epochs), held-out τ Δ {said} (the appendix: what more minutes buy)." if more else
+                      " with twice the steps, as the lab's frontier grows them with its minutes (the appendix: what "
+                      "more minutes buy)."))
     outside, vocab = s06.get("outside_vocab_share"), s04.get("draft_vocab_size")
     if outside and outside >= OUTSIDE_VOCAB_CAP and vocab:
         rows = [r for r in lab.rows if r.name.startswith("vocab-") and "held-out" in r.delta]

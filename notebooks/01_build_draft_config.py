@@ -53,6 +53,7 @@
 #
 # | word | meaning |
 # |---|---|
+# | eager | attention written out in plain PyTorch ops (softmax of QKᵀ, times V): the reference the others are checked against |
 # | sdpa | PyTorch's dense attention over a boolean mask |
 # | flex attention, BlockMask | PyTorch's compiled attention over a map of which 128-token blocks of queries see which blocks of keys (training: GPU only) |
 # | KL divergence | the loss: how far the draft's next-token distribution is from the verifier's |
@@ -62,6 +63,9 @@
 # | Muon | an optimizer; speculators' trainer defaults to it |
 # | FSDP | PyTorch's sharding of a model over GPUs |
 # | TPOT | time per output token |
+# | held-out prompts | conversations notebook 04 keeps out of the training data, to measure τ on (notebooks 06, 07) |
+# | validation split | speculators' own: the last tenth of the training data's rows, never trained on (notebook 06 sets the draft's accuracy there beside the training rows') |
+# | packing, `total_seq_len` | several conversations laid back to back in one row of `total_seq_len` tokens, kept apart by the attention mask (notebook 03) |
 #
 # ## This notebook
 #
@@ -172,6 +176,11 @@ record_summary(workdir, "01", trainable_params=counts["trainable"], attn=build.a
 # `eagle3kit.plan` works out what that costs (the same as `eagle3kit plan --verifier ...`): the hidden states on disk,
 # the GPU memory of one training rank, the hours, and the served speed-up. Here for Llama-3.1-8B; the appendix
 # compares three verifiers and lists every assumption.
+#
+# The last row is the bar every later notebook measures against. Serving one chat (batch 1), a verifier step is
+# *memory-bound*: it reads all of its weights whether it checks 1 token or k + 1, so checking the draft's tokens costs
+# about one plain step. A round costs that step plus k draft steps and the engine's overhead, and commits τ tokens; the
+# draft pays when τ is above the round's cost in plain steps (the **break-even τ**).
 
 # %%
 from eagle3kit.plan import compare_plans, plan_figure, plan_run

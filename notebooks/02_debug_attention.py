@@ -157,10 +157,16 @@ fig
 # says whether it beat the next one or tied. Otherwise both train and the default stays. Each `why` line says which.
 # The CUDA recommendation is measured only when this machine has a GPU.
 #
-# The line to set is the draft *config's* attention: on a CPU, sdpa. Notebook 05 then trains with eagle3kit's
-# `block_sparse_cpu` step over that config: the same loss and gradients as sdpa, computing only the 128-token blocks
-# the mask keeps. At this probe's 256 tokens (two blocks) there is nothing to skip, so it is not faster here; at
-# 512-token packs with 3 TTT steps `bench/train_step.py` measured it 1.45x faster, at 1024 tokens 2.21x.
+# Two settings, not one, and they do not compete:
+#
+# | setting | on this CPU | who reads it |
+# |---|---|---|
+# | the draft *config's* attention (the line below) | `sdpa` | vLLM, speculators' trainer, `from_pretrained`: it is saved in `config.json` |
+# | the training step over that config (notebook 05) | `block_sparse_cpu` | eagle3kit's training session only: the same loss and gradients as sdpa, computing only the 128-token blocks the mask keeps |
+#
+# At this probe's 256 tokens (two blocks) the block-sparse step has nothing to skip, so here the two tie; at
+# notebook 05's 512-token packs with 3 TTT steps `bench/train_step.py` measured it 1.45x faster, at 1024 tokens 2.21x
+# (medians of its repeats: [bench/results/train_step.md](../bench/results/train_step.md)).
 
 # %%
 rec = recommendations(matrix, device)

@@ -57,9 +57,14 @@ workdir = setup(workdir, seed=seed)
 # ## The mask in miniature: 8 tokens, 2 documents, 3 TTT steps
 #
 # Before the real sizes, the same mask (built by speculators' functions) on 8 tokens: document 0 is tokens 0–2,
-# document 1 tokens 3–7. At TTT step 2 the keys come in three blocks: the positions as the verifier fed them, then the
-# hidden states the draft itself computed at steps 1 and 2 (its own output, fed back). The sentence under the figure
-# reads the outlined row off the mask.
+# document 1 tokens 3–7. At TTT step 2 the keys come in three blocks, one per step so far, numbered as in notebook 01
+# (step *s* reads the hidden states step *s − 1* produced):
+#
+# - block 0: the positions as the verifier fed them (step 0);
+# - block 1: step 1's keys, made from the states step 0 produced (the draft's own output, fed back);
+# - block 2: step 2's keys, made from the states step 1 produced.
+#
+# The sentence under the figure reads the outlined row off the mask.
 
 # %%
 tiny = tiny_mask()

@@ -194,9 +194,10 @@ data_plots.plot_hidden_state_norms(data_dir, sample=0)
 # from speculators' `build_vocab_mappings_from_distribution` and are saved as `d2t-{N}.npy` / `t2d-{N}.npy`, where
 # `speculators train --draft-vocab-size N` finds them. A small dataset has few distinct tokens, so coverage of its own
 # replies climbs fast with N (the curve below); the held-out replies show what that vocabulary misses on text it was
-# not counted on: a ceiling on τ, counted here over every token of the held-out replies (notebook 06 says the same
-# share for its held-out prompts; notebook 07 counts it per prompt set and among the tokens the draft was asked for,
-# so its shares differ by set). Real runs count the vocabulary on far more data.
+# not counted on: a ceiling on τ. Here it is counted over every token of the held-out replies written above (up to
+# `regenerate_tokens` each). Notebook 06 counts the same thing over the shorter continuations it scores (its
+# `max_new_tokens` each), and notebook 07 per prompt set and among the tokens the draft was asked for: three counts of
+# one cap, so the shares differ a little. Real runs count the vocabulary on far more data.
 
 # %%
 freq = vocab.load_token_freq(data_dir)

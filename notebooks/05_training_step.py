@@ -65,7 +65,7 @@ from eagle3kit.data.plots import plot_batch
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.figures import show_widget
 from eagle3kit.logs import quiet
-from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, setup, short, training_data
+from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, folded, setup, short, training_data
 from eagle3kit.runner import record_summary
 from eagle3kit.train import launch, live_tau
 from eagle3kit.train.anatomy import open_step, ttt_loop
@@ -111,6 +111,27 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
       f"ready in {time.perf_counter() - t0:.1f}s")
 
 # %% [markdown]
+# ## Before a long run: can the draft overfit one conversation?
+#
+# A check SpecForge recommends before spending GPU hours: train a fresh draft for a few dozen steps on **one**
+# conversation (a prompt and the verifier's own greedy reply), then run the real speculative decode loop on that
+# prompt. A draft wired correctly (aux hidden states, pre-norm targets, `d2t`/`t2d`, the TTT mask) learns it, and the
+# decode loop then accepts as many draft tokens as its training accuracy predicts (τ near `k + 1` once memorised; how
+# far it gets in a few dozen steps depends on the conversation, so that is what the verdict compares with). A draft
+# that learned but is not accepted trained on states the verifier does not give when serving; one that cannot learn
+# one sample will not be helped by more data: something is wired wrong.
+
+# %%
+if overfit_steps:
+    check_overfit = overfit(b.spec.verifier, workdir / "overfit_05", steps=overfit_steps, k=session.ttt_steps,
+                            reply_tokens=overfit_reply_tokens, seed=seed, spec=b.spec)
+    print(check_overfit.message)
+    display(plot_overfit(check_overfit))
+else:
+    check_overfit = None
+    print("skipped: overfit_steps = 0")
+
+# %% [markdown]
 # ## One step at a time
 #
 # `step()` trains one step and returns its record; the table has a row a step.
@@ -144,19 +165,22 @@ plot_step(record)
 # ## One step, opened up
 #
 # What that last step computed, call by call: forward hooks on the draft's own modules recorded each call's input and
-# output shapes (batch × positions × features) while `step()` ran; nothing is recomputed. Once per step, `fc` turns
-# the verifier's aux hidden states (three layers, concatenated) into one hidden vector a position, and the verifier's
-# own head turns its stored last state into the **targets**: its next-token distribution at every position. Then,
-# once per TTT step *s*: each position reads the token *s* places ahead (`embed_tokens`, teacher forcing: the
-# verifier's own next tokens stand in for the draft's guesses), the decoder layer reads [embedding, hidden state]
-# under the mask of notebook 03 (at step *s* > 0 its hidden state is its own output from step *s* − 1: that is the
-# training-time test), and `lm_head` gives the draft's logits on the rows that carry loss. Step *s*'s logits at
-# position *i* are trained toward the verifier's distribution at position *i* + *s*: the loss is one KL divergence a
-# TTT step, added up. On a CPU eagle3kit's block-sparse step (the training forward printed above) computes fewer rows
-# than the pack has, and the table shows where: it cuts the padding after the last document, from TTT step 1 on its
-# decoder layer computes only the rows whose chain of steps can still reach a loss (`eagle3kit.attention.rows`), and
-# `lm_head` runs only on the rows that carry loss at that step. The loss and the gradients are speculators' own (its
-# tests hold them to speculators' dense forward at 1e-5).
+# output shapes (batch × positions × features) while `step()` ran; nothing is recomputed.
+#
+# - **Once a step:** `fc` turns the verifier's aux hidden states (three layers, concatenated) into one hidden vector
+#   a position; the verifier's own head turns its stored last state into the **targets**, its next-token
+#   distribution at every position.
+# - **Then once per TTT step *s*:** each position reads the token *s* places ahead (`embed_tokens`; teacher forcing:
+#   the verifier's own next tokens stand in for the draft's guesses); the decoder layer reads [embedding, hidden
+#   state] under notebook 03's mask (at *s* > 0 the hidden state is its own output from step *s* − 1: the
+#   training-time test); `lm_head` gives the draft's logits.
+# - **The loss:** step *s*'s logits at position *i* are trained toward the verifier's distribution at *i* + *s*; one
+#   KL divergence a TTT step, added up (the line under the table).
+# - **Why the row counts shrink:** speculators' own forward computes every one of the pack's positions at every step
+#   (on a GPU, 1 × `total_seq_len`). eagle3kit's block-sparse CPU step (the training forward printed above) computes
+#   fewer: it cuts the padding after the last document, from TTT step 1 on runs the decoder layer only on rows whose
+#   chain of steps can still reach a loss (`eagle3kit.attention.rows`), and `lm_head` only on rows that carry loss. The
+#   loss and gradients are speculators' own (tests hold them to its dense forward at 1e-5).
 
 # %%
 display(opened.calls)
@@ -277,14 +301,13 @@ print(type(loaded).__name__, "loaded from", short(exported, workdir), "- fc weig
 on_gpus = session.settings.for_ranks(len(session.batches), n_gpus)  # the packs this session sees, on n_gpus ranks
 plan = launch.write_plan(session.build, on_gpus, data, workdir / "launch_05", n_gpus=n_gpus, warn=False)
 print(plan.fit)  # its GPU memory a rank, and the disk its checkpoints need here
-print(plan.head())
+display(folded(plan.head(), "the YAML's first lines (click to open; all of it: plan.yaml_path)"))
 print(plan.command)
 print(on_gpus.ending(len(session.batches), n_gpus))  # speculators stops at max_steps or after epochs, the first
 fields = launch.explain_plan(plan)
 differs = fields[fields["differs"] == "yes"]
-print(f"{len(fields)} fields written; {len(fields) - len(differs)} are speculators' defaults, the {len(differs)} below "
-      "are not (`launch.explain_plan(plan)` lists every one):")
-differs
+folded(differs, f"{len(fields)} fields written; {len(fields) - len(differs)} are speculators' defaults, the "
+       f"{len(differs)} that are not, each with why (click to open; `launch.explain_plan(plan)` lists every one)")
 
 # %% [markdown]
 # `speculators train --config run.yaml --dry-run`, run here on the CPU, builds the draft from the YAML and saves it.
@@ -330,27 +353,6 @@ if rehearse_ranks:
         print("speculators' checkpoint:", rehearsal.checkpoint(), "(eagle3kit doctor --draft opens it)")
 else:
     print("skipped: rehearse_ranks = 0")
-
-# %% [markdown]
-# ## Before a long run: can the draft overfit one conversation?
-#
-# A check SpecForge recommends before spending GPU hours: train a fresh draft for a few dozen steps on **one**
-# conversation (a prompt and the verifier's own greedy reply), then run the real speculative decode loop on that
-# prompt. A draft wired correctly (aux hidden states, pre-norm targets, `d2t`/`t2d`, the TTT mask) learns it, and the
-# decode loop then accepts as many draft tokens as its training accuracy predicts (τ near `k + 1` once memorised; how
-# far it gets in a few dozen steps depends on the conversation, so that is what the verdict compares with). A draft
-# that learned but is not accepted trained on states the verifier does not give when serving; one that cannot learn
-# one sample will not be helped by more data: something is wired wrong.
-
-# %%
-if overfit_steps:
-    check_overfit = overfit(b.spec.verifier, workdir / "overfit_05", steps=overfit_steps, k=session.ttt_steps,
-                            reply_tokens=overfit_reply_tokens, seed=seed, spec=b.spec)
-    print(check_overfit.message)
-    display(plot_overfit(check_overfit))
-else:
-    check_overfit = None
-    print("skipped: overfit_steps = 0")
 
 # %% [markdown]
 # ## On a GPU

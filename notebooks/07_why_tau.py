@@ -59,7 +59,7 @@ from eagle3kit.doctor.checks.draft_loader import sliding_window, trained_length
 from eagle3kit.evaluate import context_curve, long_context, token_classes
 from eagle3kit.evaluate.benchmarks import HELD_OUT
 from eagle3kit.evaluate.conventions import TAU_CONVENTION
-from eagle3kit.evaluate.fates import same_counts
+from eagle3kit.evaluate.fates import beside_its_set, same_counts
 from eagle3kit.evaluate.token_page import comparison_table, legend_html, one_round_more, prompt_html, vllm_line
 from eagle3kit.evaluate.token_viewer import SetViews, TokenViewer
 from eagle3kit.figures import show_widget
@@ -98,7 +98,7 @@ if scored is not None:
     r = scored[held_out_index]
     same = "the same" if same_counts([shown], [r]) else "DIFFERENT counts"
     print(f"notebook 06 scored this prompt {r.accepted} accepted / {r.rounds} rounds (τ {r.tau:.3f}); the page counts "
-          f"{shown.accepted} / {shown.rounds}: {same}")
+          f"{shown.accepted} / {shown.rounds}: {same}; {beside_its_set(scored, held_out_index)}")
 HTML(legend_html(k) + prompt_html(shown, tokenizer))
 
 # %% [markdown]

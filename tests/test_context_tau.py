@@ -66,7 +66,7 @@ def test_the_doctor_says_it_for_the_draft_that_falls_only(drafts, capsys):
     assert f"--seq-length {2 * TRAINED}" in said and f"--sliding-window {TRAINED}" in said
     main(["doctor", "--draft", str(untrained), "--why-tau"])
     said = " ".join(capsys.readouterr().out.split())
-    assert FALLS not in said and "shows no fall past the training length" in said  # 2 prompts a length
+    assert FALLS not in said and "cannot be told to fall or hold past the training length" in said  # 2 prompts a length
 
 
 def test_a_verdict_on_few_prompts_a_length_says_it_is_a_first_look():
@@ -81,8 +81,9 @@ def test_a_verdict_on_few_prompts_a_length_says_it_is_a_first_look():
         return pd.DataFrame({"tokens": [256, 1024, 2048], "tau": [1.41, 1.11, 1.22], "prompts": [prompts] * 3})
 
     few = context_curve.fall(table(2), 1024)
-    # a few prompts do not show that τ holds, only that they show no fall
-    assert few.prompts == 2 and "shows no fall past the training length. With 2 prompt(s) a length" in few.describe()
+    # a few prompts show neither that τ holds nor that it falls
+    said = few.describe()
+    assert few.prompts == 2 and "cannot be told to fall or hold past the training length. With 2 prompt(s)" in said
     assert "first look" not in context_curve.fall(table(PER_BUCKET), 1024).describe()
 
 

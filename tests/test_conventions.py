@@ -32,13 +32,18 @@ def test_the_table_converts_one_measurement_consistently():
                           [t + 3 if t % 2 else -1 for t in range(39)],
                           [t + 4 for t in range(39)]])
     acc: Acceptance = acceptance_of(draft, sequence, prompt_len=4, k=3)
-    frame = table(acc, full_acc=[0.5, 0.25, 0.1]).set_index("convention")["value"]
+    whole = table(acc, full_acc=[0.5, 0.25, 0.1]).set_index("convention")
+    frame = whole["value"]
+    # each row also stated as eagle3kit's τ (the bonus token added where a convention leaves it out), on what it counted
+    assert (whole["as eagle3kit's τ"] - whole["value"]).round(6).tolist() == [0, 0, 0, 0, 1, 1]
+    assert whole["counted on"].iloc[-1] == "last training batch (teacher-forced)"
     tau = acc.tau_all_starts
     assert 1.0 < tau < 4.0
     # the first row is the decode walk's τ (vLLM's rounds), apart from every start position's by the walk alone
-    assert frame.iloc[0] == pytest.approx(acc.tau) and frame.index[0].startswith("eagle3kit τ along the decode walk")
-    assert frame["eagle3kit τ over every start position (EAGLE papers)"] == pytest.approx(tau)
-    assert frame["eagle3kit τ from per-position rates"] == pytest.approx(tau)
-    assert frame["speculators eal"] == pytest.approx(tau)
-    assert frame["SpecForge simulated_acc_len"] == pytest.approx(tau - 1)
+    assert frame.iloc[0] == pytest.approx(acc.tau, abs=5e-4)
+    assert frame.index[0].startswith("eagle3kit τ along the decode walk")
+    assert frame["eagle3kit τ over every start position (EAGLE papers)"] == pytest.approx(tau, abs=5e-4)
+    assert frame["eagle3kit τ from per-position rates"] == pytest.approx(tau, abs=5e-4)
+    assert frame["speculators eal"] == pytest.approx(tau, abs=5e-4)
+    assert frame["SpecForge simulated_acc_len"] == pytest.approx(tau - 1, abs=5e-4)
     assert frame["speculators EAGLE-3 Σ full_acc_i (training batch)"] == pytest.approx(0.85)

@@ -51,10 +51,16 @@ def test_the_conclusion_opens_with_five_lines_and_ends_with_the_numbers_in_full(
     assert len(lines) == 5
     assert lines[0] == ("**τ 1.57** on 16 held-out prompts (vLLM's counters; k = 3, so at most 4); on MT-bench's 80 "
                         "first turns 1.13 [1.10, 1.16]; untrained 1.00.")
-    assert "0.50x here (vLLM CPU build, 96 sequences together)" in lines[1] and "pays there above τ 1.90" in lines[1]
+    assert "0.50x here with 96 sequences together (vLLM CPU build)" in lines[1]
+    assert "pays there above τ 1.90" in lines[1]
+    alone = course.five_lines({**served, "tokens_per_s_vllm_alone": {"draft": 45.0, "plain": 50.0},
+                               "vllm_alone_prompts": 4}, read_lab())[1]  # batch 1 measured: said first
+    assert alone.startswith("**Buys** 0.90x here one prompt at a time (4 prompts, a first look); 0.50x here with 96 "
+                            "sequences together (vLLM CPU build, compute-bound)")
     assert "a llama-3.1-8b draft that accepts as this one does" in lines[1]  # the plan's verifier, not this one
     assert lines[2].startswith("**So** this draft slows decoding") and "10% of rounds" in lines[3]
-    assert "12% of reply tokens" in lines[3] and "memorised" in lines[3] and "τ 1.90" in lines[4]
+    assert "12% of the tokens of the held-out replies it was scored on" in lines[3]
+    assert "memorised" in lines[3] and "τ 1.90" in lines[4]
     healthy = course.five_lines({**served, "val_full_acc_0": 0.85}, read_lab())
     assert "memorised" not in healthy[3]
     text = course.conclusion(tmp_path)
@@ -106,7 +112,8 @@ def test_why_names_the_vocab_cap_and_the_gap_between_the_training_and_validation
     split = {"training_samples": 115, "validation_samples": 13, "train_steps_total": 241}
     counted = {**SIMULATED, "outside_vocab_share": 0.28, "train_full_acc_0": 0.78, "val_full_acc_0": 0.52, **split}
     text = course.why(counted)
-    assert "28% of the held-out replies' tokens lie outside the draft's vocabulary" in text
+    assert ("28% of the tokens of the held-out replies it was scored on (the verifier's greedy continuations) lie "
+            "outside") in text
     assert "right 0.78 of the time on its 115 training conversations and 0.52 on the 13 it never trained on" in text
     assert "learnt its training replies better than the language" in text
     close = course.why({**counted, "val_full_acc_0": 0.78 - next_run.MEMORISED_GAP / 2})
@@ -273,3 +280,18 @@ def test_mt_bench_beside_the_headline_is_counted_as_the_headline_is_with_its_mea
     assert f"on MT-bench's 80 first turns {said}" in course.five_lines(served, read_lab())[0]
     assert f"MT-bench's first turns: τ {said} over 80 prompts" in " ".join(course.headline(served))
     assert course.bench_tau(SIMULATED["mt-bench_sim"]) == "1.13 [1.10, 1.16]"
+
+
+def test_reaching_the_break_even_says_whether_the_interval_clears_it_and_the_other_set_beside():
+    import dataclasses
+
+    full = read_lab()
+    hit = next_run.first_reaching(full, 1.61)
+    assert hit is not None
+    lab = dataclasses.replace(full, frontier=[hit], beside=[])  # that point alone
+    t = hit.tau["held-out"]
+    unsure = next_run.reaches(lab, (t.low + t.mean) / 2)  # between its interval's low end and its mean
+    assert "By its mean τ the lab first reached" in unsure and "not yet a sure one" in unsure
+    assert "on mt-bench " in unsure and "not a forecast for that run" in unsure
+    sure = next_run.reaches(lab, t.low - 0.01)  # below its whole interval
+    assert "By its mean τ the lab first reached" in sure and "not yet a sure one" not in sure

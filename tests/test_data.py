@@ -519,3 +519,16 @@ def test_a_reply_that_loops_is_told_from_one_that_does_not():
     assert conv.repetition(loop) > conv.LOOP_SHARE and conv.repetition(url) > conv.LOOP_SHARE
     assert [conv.loops([{"role": "user", "content": "q"}, {"role": "assistant", "content": t}])
             for t in (plain, loop)] == [False, True]
+
+
+def test_the_example_notebook_04_shows_is_a_reply_that_does_not_loop(tiny_verifier):
+    """The first supervised conversation whose reply does not loop; the first that loops only when every one does."""
+    loop = " ".join(f"{i}. The {n} step is to create a new instance of the class."
+                    for i, n in enumerate(("first", "second", "third", "fourth", "fifth"), 1))
+    plain = "Yes: the method takes the request, checks its scopes and returns a token the client caches."
+    chat = [[{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+            for q, a in (("continue to step 4", loop), ("is there a method?", plain))]
+    tok = load_tokenizer(tiny_verifier)
+    turns, sample = conv.first_supervised(tok, chat, 256)
+    assert turns is chat[1] and sum(sample.loss_mask) > 0
+    assert conv.first_supervised(tok, chat[:1], 256)[0] is chat[0]

@@ -37,7 +37,10 @@ def test_compare_plans_sets_verifiers_side_by_side_with_their_kind():
     first = plans[0].table().set_index("item")
     assert table["llama-3.1-8b"].equals(first["value"]) and table["kind"].equals(first["kind"])
     assert table.loc["fits", "qwen3-8b"] == plans[1].table().set_index("item").loc["fits", "value"]
-    head = compare_plans(plans, headline=True)  # notebook 01's first table: the rows a first read needs
-    assert head.equals(table.loc[head.index]) and len(head) == len(HEADLINE_ROWS) < len(table)
-    assert {"fits", "largest total_seq_len that fits"} <= set(head.index)
-    assert any(item.startswith("break-even") for item in head.index)
+    head = compare_plans(plans, headline=True)  # notebook 01's first table: the rows a first read needs, by section
+    items = head.index.get_level_values("item")
+    assert head.droplevel("section").equals(table.loc[items]) and len(head) == len(HEADLINE_ROWS) < len(table)
+    assert {"fits", "largest total_seq_len that fits"} <= set(items)
+    assert any(item.startswith("break-even") for item in items)
+    assert head.loc[("GPU memory / rank", "fits")].equals(table.loc["fits"])
+    assert "disk" in head.index.get_level_values("section")

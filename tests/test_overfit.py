@@ -21,9 +21,11 @@ def test_a_wired_draft_overfits_one_conversation(trained):
     assert trained.tau >= 0.8 * 4 and trained.lossless
     assert trained.losses[-1] < trained.losses[0] / 10
     assert "passed" in trained.message and f"{trained.steps} steps" in trained.message
-    a = trained.full_acc  # the predicted draft tokens a round, its sum written out with the run's own accuracies
-    assert f"{trained.expected_accepted:.2f} (draft token i is accepted only when every one" in trained.message
-    assert f"{a[0]:.2f} + {a[0]:.2f}·{a[1]:.2f} + " in trained.message
+    a = trained.full_acc  # speculators' full_acc_i is cumulative: the prediction is their sum, written out
+    assert trained.expected_accepted == pytest.approx(sum(a)) and a[0] >= a[1] >= a[2]
+    said = f"{trained.expected_accepted:.2f} (the shares of positions whose first 1, 2, 3 draft tokens"
+    assert said in trained.message
+    assert f"{a[0]:.3f} + {a[1]:.3f} + {a[2]:.3f})" in trained.message
     assert isinstance(plot_overfit(trained), Figure)
 
 

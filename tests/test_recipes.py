@@ -113,10 +113,20 @@ def test_the_strongest_lever_is_one_that_held_at_both_budgets():
     none = recipes.strongest_lever(recipes.Lab(rows, recipes.with_deltas([_row("base", "reference", 10, base)])))
     assert none.startswith("No lever")
     assert recipes.strongest_lever(recipes.Lab(rows)) is None  # no second budget: nothing held yet
+    # a lever on top of the frontier, each Δ against the frontier point of its minutes: named where it held at each
+    frontier = [_row("pack*4", "best", 4, base), _row("pack*5", "best", 5, base)]
+    on_top = [_row("pack+more*8", "best", 4, plus(2)).with_delta(frontier[0]),
+              _row("pack+more*10", "best", 5, plus(1)).with_delta(frontier[1])]
+    held_on_top = recipes.strongest_lever(recipes.Lab(rows, checks, frontier, beside=on_top))
+    assert "`more` held at every budget it ran: +0.200 [" in held_on_top and "+0.100 [" in held_on_top
+    faded = [on_top[0], _row("pack+more*10", "best", 5, base).with_delta(frontier[1])]  # no gain at 5 minutes
+    assert "On top of the frontier" not in recipes.strongest_lever(recipes.Lab(rows, checks, frontier, beside=faded))
+    scale = recipes.frontier_line(frontier, beside=on_top)
+    assert scale.startswith("The lab's frontier recipe (pack) reached τ") and "with `more` on top, " in scale
 
 
 def test_the_doctor_names_the_lab_only_below_the_break_even():
     lines = lever_lines(1.3, 1.61)
-    assert lines[-1] == recipes.frontier_line(LAB.frontier)
+    assert lines[-1] == recipes.frontier_line(LAB.frontier, beside=LAB.beside)
     assert all(f"{r.tau['held-out'].mean:.3f}" in lines[-1] for r in LAB.frontier) and "CPU minutes" in lines[-1]
     assert lever_lines(1.7, 1.61) == []  # a draft that pays is not told to change its recipe

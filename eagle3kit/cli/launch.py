@@ -32,7 +32,7 @@ def launch_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     """write the speculators TrainConfig YAML + torchrun command (and dry-run it)"""
-    from eagle3kit.data.loader import make_loader
+    from eagle3kit.data.loader import packs_per_epoch
     from eagle3kit.doctor.checks.run import trainer_findings
     from eagle3kit.doctor.findings import format_findings
     from eagle3kit.draft.config import DraftSpec, build_config
@@ -46,8 +46,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     build = build_config(spec)
     settings = launch.cluster_settings(**given(args, TrainSettings))
     ranks = args.gpus * args.nodes
-    packs = len(make_loader(args.data, settings.total_seq_len, train_ratio=settings.train_data_ratio, split="train",
-                            seed=settings.seed, check=False))  # a rank's step takes one of them
+    packs = packs_per_epoch(args.data, settings.total_seq_len, settings.train_data_ratio, settings.seed)  # one a rank
     if settings.max_steps is not None and "epochs" not in given(args, TrainSettings):  # max_steps ends the run
         settings = dataclasses.replace(settings, epochs=math.ceil(settings.max_steps / math.ceil(packs / ranks)))
     attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}

@@ -297,8 +297,9 @@ def mask_report(tokenizer, turns: Turns, sample: Tokenized) -> list[dict]:
 
 
 def first_supervised(tokenizer, conversations: list[Turns], seq_length: int) -> tuple[Turns, Tokenized]:
-    """The first conversation with an assistant token inside ``seq_length``, tokenized (what notebook 04 shows)."""
-    for turns in conversations:
+    """The first conversation with an assistant token inside ``seq_length`` whose reply does not loop (:func:`loops`;
+    the first that loops when every one does), tokenized: what notebook 04 shows, a typical reply, not a rut."""
+    for turns in sorted(conversations, key=loops):  # stable: the order given, the looping replies last
         sample = tokenize(tokenizer, turns, seq_length)
         if sum(sample.loss_mask):
             return turns, sample

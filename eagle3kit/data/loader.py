@@ -85,6 +85,12 @@ def batch_sampler(dataset, total_seq_len: int, seed: int, ranks: int = 1, rank: 
                                               num_replicas=ranks, rank=rank, seed=seed, max_batches=max_batches)
 
 
+def packs_per_epoch(data_dir: str | os.PathLike, total_seq_len: int, train_ratio: float = 1.0, seed: int = 0) -> int:
+    """How many packs of ``total_seq_len`` tokens speculators' sampler makes of the training split in an epoch (on
+    one rank; N ranks take N a step). Reads the lengths only: any data directory speculators reads will do."""
+    return len(batch_sampler(load_dataset(data_dir, total_seq_len, train_ratio=train_ratio), total_seq_len, seed))
+
+
 def make_loader(
     data_dir: str | os.PathLike,
     total_seq_len: int,

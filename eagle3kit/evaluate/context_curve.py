@@ -93,8 +93,8 @@ class Fall:
         """Both numbers, whether or not τ falls."""
         few_prompts = 0 < self.prompts < FULL_CURVE_PROMPTS
         verdict = ("falls" if self.falls else
-                   ("shows no fall" if few_prompts else "holds") if not self.drops else
-                   "is lower, but within the noise (the intervals on the two sides overlap), so no fall is claimed")
+                   "is lower, but within the noise (the intervals on the two sides overlap), so no fall is claimed"
+                   if self.drops else "cannot be told to fall or hold" if few_prompts else "holds")
         few = (f" With {self.prompts} prompt(s) a length this is a first look: the table's intervals, resampled from "
                f"so few prompts, are too wide to read much into (`eagle3kit evaluate --bench long-context` takes "
                f"{FULL_CURVE_PROMPTS} a length)."

@@ -60,16 +60,19 @@ def table(acc: Acceptance, full_acc: list[float] | None = None) -> pd.DataFrame:
     ``full_acc``: speculators' training metrics ``full_acc_i`` of a step, when given.
     """
     conditional = acc.rates()["conditional"].fillna(0.0).tolist()
+    walk, starts, batch = "held-out, decode walk", "held-out, every start", "last training batch (teacher-forced)"
     rows = [
-        ("eagle3kit τ along the decode walk (vLLM's rounds)", "tokens committed / rounds", acc.tau, True, "τ"),
+        ("eagle3kit τ along the decode walk (vLLM's rounds)", "tokens committed / rounds", acc.tau, True, walk),
         ("eagle3kit τ over every start position (EAGLE papers)", "1 + mean accepted draft tokens",
-         acc.tau_all_starts, True, "τ"),
-        ("eagle3kit τ from per-position rates", "1 + Σ_i c_1…c_i", tau_from_conditional(conditional), True, "τ"),
+         acc.tau_all_starts, True, starts),
+        ("eagle3kit τ from per-position rates", "1 + Σ_i c_1…c_i", tau_from_conditional(conditional), True, starts),
         ("speculators eal", "leading run of correct slots + 1 (compute_accepted_length_counts)",
-         speculators_eal(acc.accept_all, acc.k) if acc.accept_all else float("nan"), True, "τ"),
-        ("SpecForge simulated_acc_len", "Σ_i c_1…c_i", specforge_simulated_acc_len(conditional), False, "τ − 1"),
+         speculators_eal(acc.accept_all, acc.k) if acc.accept_all else float("nan"), True, starts),
+        ("SpecForge simulated_acc_len", "Σ_i c_1…c_i", specforge_simulated_acc_len(conditional), False, starts),
     ]
     if full_acc is not None:
         rows.append(("speculators EAGLE-3 Σ full_acc_i (training batch)", "Σ_i p_i (cumulative accuracies)",
-                     float(sum(full_acc)), False, "τ − 1"))
-    return pd.DataFrame(rows, columns=["convention", "definition", "value", "counts the bonus token", "equals"])
+                     float(sum(full_acc)), False, batch))
+    frame = pd.DataFrame(rows, columns=["convention", "definition", "value", "counts the bonus token", "counted on"])
+    frame["as eagle3kit's τ"] = frame["value"] + (~frame["counts the bonus token"]).astype(float)  # + the bonus
+    return frame.round({"value": 3, "as eagle3kit's τ": 3})

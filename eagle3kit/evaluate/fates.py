@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from eagle3kit.evaluate.acceptance import VerifierStates, teacher_forced_draft_tokens, walk
@@ -135,3 +136,17 @@ def same_counts(views: list[PromptView], records: list) -> int:
     """How many views count exactly the rounds and accepted tokens of the matching per-prompt records
     (:class:`~eagle3kit.evaluate.scores.PromptScore`: what ``evaluate`` and notebook 06 scored)."""
     return sum((v.rounds, v.accepted) == (r.rounds, r.accepted) for v, r in zip(views, records, strict=True))
+
+
+def beside_its_set(records: list, index: int) -> str:
+    """One shown prompt's τ beside its set's (``records``: the set's per-prompt scores): the mean and median over the
+    scored prompts and how many lie below it, so that one example is not read as the set."""
+    taus = [r.tau for r in records if r.rounds]
+    mine = records[index].tau if records[index].rounds else float("nan")
+    if not taus or mine != mine:
+        return "this prompt took no round: nothing to compare"
+    below = sum(t < mine for t in taus)
+    where = ("an easy one" if below >= 0.75 * len(taus) else "a hard one" if below <= 0.25 * len(taus)
+             else "near the middle")
+    return (f"this prompt's τ {mine:.3f} against the set's mean {sum(taus) / len(taus):.3f} and median "
+            f"{float(np.median(taus)):.3f} over {len(taus)} prompts: above {below} of them, {where}")

@@ -188,34 +188,54 @@ def read_lab(path: str | os.PathLike = SUMMARY) -> Lab:
     return Lab.from_summary(json.loads(Path(path).read_text()))
 
 
-def frontier_line(frontier: list[LabRow], on: str = "held-out") -> str | None:
-    """One sentence: τ of the lab's best recipe against the CPU minutes spent on it (its data growing with them)."""
+def frontier_line(frontier: list[LabRow], on: str = "held-out", beside: list[LabRow] | None = None) -> str | None:
+    """One sentence: τ of the lab's frontier recipe against the CPU minutes spent on it (its data growing with them),
+    and of each lever run on top of it (``beside``) at the same minutes."""
     points = sorted((r for r in frontier if on in r.tau), key=lambda r: r.minutes)
     if len(points) < 2:
         return None
     taus = " / ".join(f"{r.tau[on].mean:.3f}" for r in points)
     minutes = " / ".join(f"{round(r.minutes, 1):g}" for r in points)
     name = points[-1].name.split("*")[0]  # a point with its data scaled is named NAME*CONVERSATIONS
-    return (f"The lab's best recipe ({name}) reached τ on {on} {taus} at "
-            f"{minutes} CPU minutes (bench/results/recipe.md).")
+    line = f"The lab's frontier recipe ({name}) reached τ on {on} {taus} at {minutes} CPU minutes"
+    for lever, rows in _levers_on_top(beside or [], on).items():
+        line += (f"; with `{lever}` on top, {' / '.join(f'{r.tau[on].mean:.3f}' for r in rows)} at "
+                 f"{' / '.join(f'{r.budget:g}' for r in rows)}")
+    return line + " (bench/results/recipe.md)."
+
+
+def _levers_on_top(beside: list[LabRow], on: str) -> dict[str, list[LabRow]]:
+    """The lab's levers run on top of its frontier, by lever name (``NAME+LEVER*N`` -> ``LEVER``), each by budget."""
+    out: dict[str, list[LabRow]] = {}
+    for r in sorted((r for r in beside if on in r.tau and r.budget), key=lambda r: r.budget):
+        out.setdefault(r.name.split("*")[0].split("+")[-1], []).append(r)
+    return out
 
 
 def strongest_lever(lab: Lab, on: str = "held-out") -> str | None:
     """One sentence: the lever with the largest paired gain over the reference among those that held at both
-    budgets, with its measured effect at each; or that none held; None without checks at a second budget."""
+    budgets, with its measured effect at each; or that none held; None without checks at a second budget. Then each
+    lever on top of the frontier whose gain over the frontier point of its minutes held at every budget it ran."""
     if not lab.checks:
         return None
     held = lab.held(on)
     budgets = sorted({r.budget for r in lab.rows + lab.checks if r.budget})
     if not held:
-        return (f"No lever of the recipe lab beat its base recipe on {on} with an interval above zero at both "
+        line = (f"No lever of the recipe lab beat its base recipe on {on} with an interval above zero at both "
                 f"{' and '.join(f'{b:g}' for b in budgets)} CPU minutes (bench/results/recipe.md).")
-    row, check = max(held, key=lambda pair: pair[0].delta[on].mean)
-    return (f"The recipe lab's strongest lever that held at both {row.budget:g} and {check.budget:g} CPU minutes was "
-            f"{row.lever} ({row.what}): τ on {on} {row.delta[on].mean:+.3f} [{row.delta[on].low:+.3f}, "
-            f"{row.delta[on].high:+.3f}] and {check.delta[on].mean:+.3f} [{check.delta[on].low:+.3f}, "
-            f"{check.delta[on].high:+.3f}] over its base recipe, paired over the same prompts "
-            "(bench/results/recipe.md). Measured on the demo verifier at CPU scale, not a forecast for a GPU run.")
+    else:
+        row, check = max(held, key=lambda pair: pair[0].delta[on].mean)
+        line = (f"Of the recipe lab's levers, each against its base recipe, the strongest that held at both "
+                f"{row.budget:g} and {check.budget:g} CPU minutes was {row.lever} ({row.what}): τ on {on} "
+                f"{row.delta[on].mean:+.3f} [{row.delta[on].low:+.3f}, {row.delta[on].high:+.3f}] and "
+                f"{check.delta[on].mean:+.3f} [{check.delta[on].low:+.3f}, {check.delta[on].high:+.3f}], paired over "
+                "the same prompts (bench/results/recipe.md).")
+    for lever, rows in _levers_on_top(lab.beside, on).items():
+        if all(r.delta.get(on) and r.delta[on].above_zero for r in rows):
+            line += (f" On top of the frontier, against its point of the same minutes, `{lever}` held at every budget "
+                     f"it ran: " + "; ".join(f"{r.delta[on].mean:+.3f} [{r.delta[on].low:+.3f}, "
+                                            f"{r.delta[on].high:+.3f}] at {r.budget:g}" for r in rows) + " minutes.")
+    return line + " Measured on the demo verifier at CPU scale, not a forecast for a GPU run."
 
 
 def evidence(lab: Lab, name: str, on: str = "held-out") -> str | None:

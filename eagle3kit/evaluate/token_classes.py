@@ -140,14 +140,13 @@ def worst_line(table: pd.DataFrame) -> str:
     ranked = list(rated.sort_values("failure rate", ascending=False).index)
     tied = [c for c in ranked if bounds[c][1] >= bounds[name][0]]  # intervals that reach the worst one's
     below = [c for c in ranked if c not in tied]
-    less = (f" On {', '.join(map(said, below))} it fails less than on {name} tokens (those intervals lie below "
-            f"{name}'s)." if below else "")
     if not below:  # every interval reaches the worst one's: no ordering to state
         return (f"By class, no kind of token stands out: the 95 % intervals of the failure rates overlap "
                 f"({', '.join(map(said, tied))}). {overall}.{cap}")
-    names = f"{', '.join(tied[:-1])} and {tied[-1]}" if len(tied) > 1 else tied[0]
-    return (f"By class, it fails most on {names} tokens, whose 95 % intervals overlap "
-            f"({', '.join(map(said, tied))}).{less} {overall}.{cap}")
+    others = [c for c in tied if c != name]
+    return (f"By class, one difference is measured: {name} tokens fail more often than "
+            f"{', '.join(map(said, below))} (those intervals lie below {name}'s, {said(name)}); "
+            f"{' and '.join(map(said, others))} cannot be told apart from either side. {overall}.{cap}")
 
 
 def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> str:

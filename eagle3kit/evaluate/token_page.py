@@ -63,13 +63,14 @@ def tokens_html(view: PromptView, tokenizer) -> str:
 
 def numbers_line(view: PromptView) -> str:
     """The prompt's τ as counted from its fates, and vLLM's beside it where it ran."""
+    depths = ", ".join(f"{n} at depth {d}" for d, n in enumerate(view.by_depth(), 1))
     line = (f"{TAU_LABEL} {view.tau:.3f} = 1 + {view.accepted} accepted / {view.rounds} rounds (k = {view.k}; "
-            f"accepted by depth {view.by_depth()})")
+            f"the accepted draft tokens: {depths})")
     if view.vllm_tau is not None:
         same, agree = view.vllm_same_output, view.vllm_counts_agree
-        line += (f"; vLLM's per-request counters: τ {view.vllm_tau:.3f}, rounds by accepted {view.vllm_histogram} "
-                 f"(simulated {view.histogram()}); vLLM's output {'equals' if same else 'differs from'} this reply, "
-                 f"the counts {'agree' if agree else 'differ'}")
+        line += (f"; vLLM's per-request counters: τ {view.vllm_tau:.3f}, rounds that accepted 0, 1, ... {view.k} "
+                 f"draft tokens {view.vllm_histogram} (simulated {view.histogram()}); vLLM's output "
+                 f"{'equals' if same else 'differs from'} this reply, the counts {'agree' if agree else 'differ'}")
     return line
 
 

@@ -37,8 +37,8 @@ def tiny_view(mask: EagleMask, step: int) -> np.ndarray:
 
 
 def seen(mask: EagleMask, query: int, step: int) -> dict[int, list[int]]:
-    """Per block of keys (0: the verifier-fed positions, s: the draft's own states of TTT step s), the positions
-    ``query`` sees."""
+    """Per block of keys (0: the verifier-fed positions, s: TTT step s's keys, made from the states step s - 1
+    produced), the positions ``query`` sees."""
     n, row = used(mask), tiny_view(mask, step)[query]
     return {block: [int(k) - block * n for k in np.flatnonzero(row) if k // n == block]
             for block in range(mask.step_index(step) + 1)}
@@ -52,11 +52,11 @@ def sees(mask: EagleMask, query: int = TINY_QUERY, step: int = TINY_STEP) -> str
     parts = [f"tokens {first} of block 0 (itself and the earlier tokens of its own document {doc}: causal, and "
              "nothing of the other document)"]
     for block, keys in list(by_block.items())[1:]:
-        parts.append(f"position {', '.join(map(str, keys))} of block {block} (the hidden state the draft itself "
-                     f"computed there at TTT step {block}: the diagonal)")
+        parts.append(f"position {', '.join(map(str, keys))} of block {block} (the key of TTT step {block}, made from "
+                     f"the hidden state step {block - 1} produced there and fed back: the diagonal)")
     return (f"Query {query} at step {step} sees " + "; ".join(parts) + ". The tokens every step reads are the "
             "verifier's (teacher forcing); what the draft feeds back is its own output hidden state. A TTT block "
-            "holds only the diagonal because the state computed at step s for position q only ever continues q's "
+            "holds only the diagonal because the state fed back at position q only ever continues q's "
             "own chain: the draft at another position computed it for another place in the text.")
 
 

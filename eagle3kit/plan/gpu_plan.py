@@ -95,10 +95,11 @@ class Plan:
             ("data generation", "verifier weights (bf16)", _bytes(self.verifier_weights), "counted"),
             ("data generation", f"{self.gpu.name} GPUs to hold them", str(self.verifier_holders), "derived"),
             ("time", f"data generation (`eagle3kit data`: one device) on 1 x {self.gpu.name} at "
-                     f"{self.utilisation[0]:.0%}",
+                     f"{self.utilisation[0]:.0%} of bf16 peak",
              _duration(self.data_seconds) if self.verifier_holders == 1 else
              f"not on one device (its weights need {self.verifier_holders})", "derived"),
-            ("time", f"training {self.epochs} epochs on {self.n_gpus} x {self.gpu.name} at {self.utilisation[1]:.0%}",
+            ("time", f"training {self.epochs} epochs on {self.n_gpus} x {self.gpu.name} at {self.utilisation[1]:.0%} "
+                     "of bf16 peak",
              _duration(self.train_seconds), "derived"),
             *(self.speed.rows() if self.speed else []),
         ]
@@ -142,11 +143,14 @@ HEADLINE_ROWS = ("total (hidden states", "total at total_seq_len", "fits", "larg
 
 def compare_plans(plans: list[Plan], headline: bool = False) -> pd.DataFrame:
     """Several plans side by side: one column per verifier, rows by item, with the first plan's ``kind`` of each;
-    ``headline``: only :data:`HEADLINE_ROWS`."""
+    ``headline``: only :data:`HEADLINE_ROWS`, each under its section (disk, GPU memory / rank, time, serving)."""
     first = plans[0].table().set_index("item")
     table = pd.DataFrame({p.verifier: p.table().set_index("item")["value"] for p in plans})
     table.insert(0, "kind", first["kind"])
-    return table[[item.startswith(HEADLINE_ROWS) for item in table.index]] if headline else table
+    if not headline:
+        return table
+    head = table[[item.startswith(HEADLINE_ROWS) for item in table.index]]
+    return head.assign(section=first["section"]).set_index("section", append=True).swaplevel()  # disk, memory ...
 
 
 def _bytes(n: float) -> str:

@@ -155,8 +155,8 @@ class SpeedPlan:
             (s, "engine overhead per verifier step / draft step / round",
              f"{self.overheads.verifier_s * 1e3:.2f} / {self.overheads.draft_s * 1e3:.2f} / "
              f"{self.overheads.round_s * 1e3:.2f} ms", "derived"),
-            (s, f"break-even τ at k={self.k} = (verifier step over {self.verify_tokens} tokens + {self.k} x draft step "
-                "+ round overhead) / verifier step over 1 token (each step with its engine overhead)",
+            (s, f"break-even τ at k={self.k}: (verifier over {self.verify_tokens} tokens + {self.k} draft steps + "
+                "round overhead) / verifier over 1 token",
              f"({self.verify_s * 1e3:.2f} + {self.k} x {self.draft_s * 1e3:.2f} + "
              f"{self.overheads.round_s * 1e3:.2f}) / {self.plain_s * 1e3:.2f} = {self.break_even:.2f}", "derived"),
             (s, f"speedup if all k={self.k} draft tokens were accepted", f"{self.best:.2f}x", "derived"),

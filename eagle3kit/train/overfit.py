@@ -8,7 +8,9 @@ cannot overfit one sample has a wiring bug, and more data will not fix it.
 
 The verdict is relative to the conversation, because τ alone depends on it (a repetitive reply is learned only part
 way): ``passed`` when the draft learned it (training accuracy at TTT step 0 >= ``LEARNED``) and the decode loop
-accepts >= ``threshold`` x the draft tokens a round its own training accuracy predicts (``a0 + a0·a1 + a0·a1·a2``).
+accepts >= ``threshold`` x the draft tokens a round its own training accuracy predicts (``full_acc_0 + full_acc_1 +
+full_acc_2``: speculators' ``full_acc_i`` is already cumulative, the share of positions whose draft tokens 0..i were
+all right).
 One conversation cannot show aux states from the wrong layer, nor (on SmolLM2) most of an all-zero d2t; ``eagle3kit
 doctor --data`` checks those. Healthy and miswired setups measured: ``bench/results/overfit_verdict.md``.
 """
@@ -67,9 +69,10 @@ class OverfitResult:
 
     @property
     def expected_accepted(self) -> float:
-        """Draft tokens per round the training accuracy predicts, a0 + a0·a1 + a0·a1·a2 + ... (draft token i is
-        accepted only when every one before it is): what this conversation allows the draft as trained."""
-        return float(np.sum(np.cumprod(self.full_acc)))
+        """Draft tokens per round the training accuracy predicts: the sum of speculators' ``full_acc_i``, each already
+        cumulative (the share of positions whose draft tokens 0..i were all right, as a round accepts token i only
+        when every one before it is): what this conversation allows the draft as trained."""
+        return float(np.sum(self.full_acc))
 
     @property
     def learned(self) -> bool:
@@ -82,15 +85,15 @@ class OverfitResult:
     @property
     def predicted_words(self) -> str:
         """How the predicted draft tokens a round are counted, with this run's accuracies."""
-        terms = " + ".join("·".join(f"{a:.2f}" for a in self.full_acc[:i + 1]) for i in range(len(self.full_acc)))
-        return (f"training predicts {self.expected_accepted:.2f} (draft token i is accepted only when every one "
-                f"before it is: {terms})")
+        terms = " + ".join(f"{a:.3f}" for a in self.full_acc)
+        return (f"training predicts {self.expected_accepted:.2f} (the shares of positions whose first 1, 2, "
+                f"{len(self.full_acc)} draft tokens were all right: {terms})")
 
     @property
     def message(self) -> str:
         head = (f"overfit check: τ {self.tau:.2f} of a possible {self.k + 1} after {self.steps} steps on one "
                 f"conversation ({self.reply_tokens} reply tokens; loss {self.losses[0]:.3f} -> {self.losses[-1]:.3f}"
-                f"; training accuracy per TTT step {', '.join(f'{a:.2f}' for a in self.full_acc)}; decode "
+                f"; training accuracy per TTT step, cumulative {', '.join(f'{a:.2f}' for a in self.full_acc)}; decode "
                 f"{'equals' if self.lossless else 'DIFFERS FROM'} greedy)")
         if self.passed:
             return head + (f": passed, the decode loop accepts {self.mean_accepted:.2f} draft tokens a round where "

@@ -140,7 +140,7 @@ def lever_lines(tau: float, break_even: float) -> list[str]:
     lab = read_lab()
     line = strongest_lever(lab)
     lines = [f"τ {tau:.2f} is below the {break_even:.2f} at which this draft pays. {line}"] if line else []
-    return lines + [scale] if (scale := frontier_line(lab.frontier)) else lines
+    return lines + [scale] if (scale := frontier_line(lab.frontier, beside=lab.beside)) else lines
 
 
 def why_low_tau(draft_dir: str | os.PathLike, verifier: str | os.PathLike | None = None,
