@@ -48,7 +48,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     ranks = args.gpus * args.nodes
     packs = packs_per_epoch(args.data, settings.total_seq_len, settings.train_data_ratio, settings.seed)  # one a rank
     if settings.max_steps is not None and "epochs" not in given(args, TrainSettings):  # max_steps ends the run
-        settings = dataclasses.replace(settings, epochs=math.ceil(settings.max_steps / math.ceil(packs / ranks)))
+        per_rank = max(1, math.ceil(packs / ranks))  # a rank's steps an epoch
+        settings = dataclasses.replace(settings, epochs=math.ceil(settings.max_steps / per_rank))
     attn = {"attn_implementation": spec.attn_implementation} if "attn_implementation" in given(args, DraftSpec) else {}
     plan = launch.write_plan(build, settings, args.data, args.out, n_gpus=args.gpus, fsdp=args.fsdp, gpu=args.gpu,
                              nodes=args.nodes, rdzv_endpoint=args.rdzv_endpoint, cluster_data=args.cluster_data,
