@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from eagle3kit.evaluate.recipes import Lab, read_lab
+from eagle3kit.evaluate.recipes import Lab, frontier_line, read_lab, strongest_lever
 from eagle3kit.next_run import MEMORISED_GAP, frontier_table, minutes_caveat, prompt_sets, reaches, to_change
 from eagle3kit.plan.commands import torchrun_command
 from eagle3kit.plan.serving_speed import SINGLE_GPU_ERROR
@@ -16,6 +16,11 @@ from eagle3kit.runner import read_summary
 RUN_YAML = "RUN_YAML"  # a placeholder for the user's $RUN/run.yaml (a shell variable, written unquoted)
 LAUNCH_05 = "launch_05"  # notebook 05's launch folder: its run.yaml is what torchrun runs on the GPUs
 
+
+
+def _of(read: int | None, split: int | None) -> str:
+    """"its 369" or "41 of its 369": how many of a split's conversations a measurement read."""
+    return f"its {read}" if split is None or read == split else f"{read} of its {split}"
 
 def _tau(value: object) -> str:
     return "n/a" if value is None else f"{float(value):.2f}"
@@ -26,15 +31,14 @@ def _headline_tau(s06: dict) -> float | None:
     return s06.get("tau_vllm") if s06.get("tau_vllm") is not None else s06.get("tau_trained")
 
 
-def bench_tau(overall: dict) -> str:
-    """A named set's τ as the headline counts the held-out one: all rounds pooled, with that interval, and the mean
-    over its prompts (the per-category table's and the recipe lab's count) beside it; the mean alone where a summary
-    has no pooled interval."""
+def bench_tau(overall: dict, with_pooled: bool = True) -> str:
+    """A named set's τ as the recipe lab and the per-category table count it: the mean over its prompts with its
+    interval; with ``with_pooled``, all rounds pooled (how vLLM's aggregate counters count) beside it, labelled."""
     mean = f"{overall['tau']:.2f} [{overall['low']:.2f}, {overall['high']:.2f}]"
-    if overall.get("pooled_low") is None:
+    if overall.get("pooled_low") is None or not with_pooled:
         return mean
-    return (f"{overall['pooled']:.2f} [{overall['pooled_low']:.2f}, {overall['pooled_high']:.2f}] (all rounds pooled; "
-            f"the mean over its prompts {mean})")
+    pooled = f"{overall['pooled']:.2f} [{overall['pooled_low']:.2f}, {overall['pooled_high']:.2f}]"
+    return f"{mean} (the mean over its prompts, as the recipe lab counts; all rounds pooled: {pooled})"
 
 
 def headline(s06: dict) -> list[str]:
@@ -105,8 +109,7 @@ def verdict(s06: dict) -> str:
     slower, faster = [w for w, r in known.items() if r < 1], [w for w, r in known.items() if r >= 1]
     pays = f"it pays above τ {_tau(s06.get('break_even_there'))} on the planned GPU run"
     if not faster:
-        said = (f"Verdict: this draft slows decoding {' and '.join(slower)}; do not serve it yet ({pays}; what "
-                "more minutes of training buy is below).")
+        said = f"Verdict: this draft slows decoding {' and '.join(slower)}; do not serve it yet ({pays})."
     elif not slower:
         said = f"Verdict: this draft speeds decoding {' and '.join(faster)}; serve it."
     else:
@@ -148,8 +151,9 @@ def why(s06: dict) -> str:
     trained_acc, val_acc = s06.get("train_full_acc_0"), s06.get("val_full_acc_0")
     if trained_acc is not None and val_acc is not None:
         gap = trained_acc - val_acc
+        read = _of(s06.get("training_samples"), s06.get("training_split_samples"))
         parts.append(f"Teacher-forced on its own data, the draft's first guess is right {trained_acc:.2f} of the time "
-                     f"on its {s06.get('training_samples')} training conversations and {val_acc:.2f} on the "
+                     f"on {read} training conversations and {val_acc:.2f} on the "
                      f"{s06.get('validation_samples')} it never trained on (speculators' validation split): "
                      + (f"trained {s06.get('train_steps_total')} steps, it has learnt its training replies better "
                         "than the language." if gap >= MEMORISED_GAP else "no memorising shows."))
@@ -197,8 +201,9 @@ def five_lines(s06: dict, lab: Lab) -> list[str]:
     bench = s06.get("mt-bench_vllm") or s06.get("mt-bench_sim")
     interval = s06.get("tau_vllm_interval") if s06.get("tau_vllm") is not None else None
     said = _tau(_headline_tau(s06)) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
-    tau = (f"**τ {said}** on {prompts} held-out prompts ({engine}; k = {k}, so at most {k + 1})"
-           + (f"; on MT-bench's {s06.get('mt-bench_prompts')} first turns {bench_tau(bench)}" if bench else "")
+    tau = (f"**τ {said}** on {prompts} held-out prompts ({engine}, all rounds pooled; k = {k}, so at most {k + 1})"
+           + (f"; on MT-bench's {s06.get('mt-bench_prompts')} first turns {bench_tau(bench, with_pooled=False)} (the "
+              "mean over its prompts, as the recipe lab counts)" if bench else "")
            + f"; untrained {_tau(s06.get('tau_untrained'))}.")
     speed, there = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there")
     alone = s06.get("tokens_per_s_vllm_alone")
@@ -206,7 +211,7 @@ def five_lines(s06: dict, lab: Lab) -> list[str]:
         f"{alone['draft'] / alone['plain']:.2f}x here one prompt at a time ({s06.get('vllm_alone_prompts')} prompts, "
         "a first look)" if alone else "",
         f"{speed['draft'] / speed['plain']:.2f}x here with {s06.get('vllm_batch')} sequences together (vLLM CPU build"
-        f"{', compute-bound' if alone else ''})" if speed else "",
+        f"{'; compute-bound: checking k + 1 tokens costs about k + 1 times one' if alone else ''})" if speed else "",
         f"{there:.2f}x predicted for a {s06.get('plan_verifier')} draft that accepts as this one does, on one "
         f"{s06.get('plan_gpu')} at batch {s06.get('serve_batch')} (it pays there above τ "
         f"{_tau(s06.get('break_even_there'))})" if there is not None else ""])) + "."
@@ -238,9 +243,12 @@ def details_markdown(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
                          "The recipe lab's frontier recipe at each budget, and the levers run on top of it, measured "
                          "on this verifier at CPU scale (a GPU run lands elsewhere); the last column runs the point "
                          "in these notebooks.",
-                         frontier_table(lab, s06.get("minutes_to_make"), _headline_tau(s06),
-                                        conversations_here=s04.get("samples"), steps=s06.get("train_steps_total"),
-                                        bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau")),
+                         *filter(None, [strongest_lever(lab), frontier_line(lab.frontier, beside=lab.beside)]),
+                         "<details><summary>the lab's points and this run, each with the options that run it here "
+                         "(click to open)</summary>\n\n"
+                         + frontier_table(lab, s06.get("minutes_to_make"), _headline_tau(s06),
+                                          conversations_here=s04.get("samples"), steps=s06.get("train_steps_total"),
+                                          bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau")) + "\n\n</details>",
                          " ".join(filter(None, [prompt_sets(lab, s06.get("held_out_prompts")),
                                                 minutes_caveat(lab)]))])
 

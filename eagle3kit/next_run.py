@@ -122,15 +122,13 @@ def reaches(lab: Lab, tau: float | None, on: str = "held-out") -> str:
     rows = sorted((r for r in lab.frontier if on in r.tau), key=lambda r: r.minutes)
     hit = first_reaching(lab, tau, on)
     if hit:
-        sure = ("" if hit.tau[on].low >= tau else
-                f", its interval reaching below {tau:.2f}: a mean above it, not yet a sure one")
+        sure = "" if hit.tau[on].low >= tau else ", not yet a sure one: its interval reaches below"
         other = next((s for s in hit.tau if s != on), None)
         beside = (f"; on {other} {hit.tau[other]}, {'above' if hit.tau[other].mean >= tau else 'below'} it"
                   if other else "")
         return (f"By its mean τ the lab first reached {tau:.2f}, the planned GPU run's break-even, at "
                 f"{hit.minutes:.1f} CPU minutes ({point_label(hit, lab)}: {hit.tau[on]} on its own {on} prompts"
-                f"{sure}{beside}; the lab's verifier is this run's, not the planned run's, so this is where its "
-                f"curve crosses the bar, not a forecast for that run): {run_it(hit, lab)}.")
+                f"{sure}{beside}); on this verifier, not a forecast for that run: {run_it(hit, lab)}.")
     before = sorted((r for r in lab.frontier_before if on in r.tau), key=lambda r: r.minutes)
     old = next((r for r in before if r.tau[on].mean >= tau), None)
     then = (f" The lab's first round, drawn faint in the figure, did reach it at {old.minutes:.0f} minutes "
@@ -167,30 +165,36 @@ def _delta(d: Tau) -> str:
 
 
 def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
-    """What this run's own diagnosis asks to change, as ``--set`` options (empty where nothing shows): more
-    conversations where the draft memorised (:data:`MEMORISED_GAP`), a larger draft vocab where many reply tokens lie
-    outside it (:data:`OUTSIDE_VOCAB_CAP`), each with the lab's evidence where it has a row."""
+    """What this run's own diagnosis asks to change (empty where nothing shows), each as the recipe lab's evidence
+    says: where the draft memorised (:data:`MEMORISED_GAP`), more conversations with the minutes to train on them (the
+    lab's replies-at-equal-minutes rows say how far replies alone go); where many reply tokens lie outside the draft
+    vocab (:data:`OUTSIDE_VOCAB_CAP`), a larger vocab only where a lab row measured one gain, else keep it."""
     out = []
     trained_acc, val_acc, n = s06.get("train_full_acc_0"), s06.get("val_full_acc_0"), s04.get("samples")
     if trained_acc is not None and val_acc is not None and trained_acc - val_acc >= MEMORISED_GAP and n:
-        more = sorted((r for r in lab.beside if r.name.split("*")[0].endswith("+more-data") and "held-out" in r.delta),
-                      key=lambda r: r.budget)
-        said = "; ".join(f"{r.budget:g} min {_delta(r.delta['held-out'])}" for r in more)
+        more = sorted((r for r in lab.beside if "+more-data" in r.name and "held-out" in r.delta),
+                      key=lambda r: (r.budget, r.conversations or 0))
+        said = "; ".join(f"{r.conversations} replies at {r.budget:g} min {_delta(r.delta['held-out'])}" for r in more)
         out.append(f"It memorised (first guess {trained_acc:.2f} on its training split, {val_acc:.2f} on validation): "
-                   f"more conversations, `--set n_conversations={2 * n}`"
-                   + (f"; the recipe lab measured twice the replies against its frontier at equal minutes (fewer "
-                      f"epochs), held-out τ Δ {said} (the appendix: what more minutes buy)." if more else
-                      " with twice the steps, as the lab's frontier grows them with its minutes (the appendix: what "
-                      "more minutes buy)."))
+                   "more conversations, with the minutes to train on them (the **Next** line's point)"
+                   + (f". Replies alone go only so far: at equal minutes the recipe lab measured, against its "
+                      f"frontier, held-out τ Δ {said}." if more else "."))
     outside, vocab = s06.get("outside_vocab_share"), s04.get("draft_vocab_size")
     if outside and outside >= OUTSIDE_VOCAB_CAP and vocab:
         rows = [r for r in lab.rows if r.name.startswith("vocab-") and "held-out" in r.delta]
         said = ", ".join(f"`{r.name}` {_delta(r.delta['held-out'])}" for r in rows)
-        out.append(f"{outside:.0%} of held-out reply tokens lie outside its {vocab}-token vocab, a cap that "
-                   f"`--set draft_vocab_size={2 * vocab}` would raise; at this scale do not expect τ from it: a larger "
-                   "head trains slower" + (f", and the recipe lab measured held-out τ {said} against its base at "
-                                           f"{rows[0].budget:g} CPU minutes (bench/results/recipe.md)." if rows else
-                                           ", and no lab row has measured it."))
+        gains = [r for r in rows if int(r.name.split("-")[1]) > vocab and r.delta["held-out"].low > 0]
+        head = f"{outside:.0%} of held-out reply tokens lie outside its {vocab}-token vocab, a cap on τ"
+        if gains:
+            best = max(gains, key=lambda r: r.delta["held-out"].mean)
+            out.append(f"{head}: `--set draft_vocab_size={best.name.split('-')[1]}` (the recipe lab measured {said} "
+                       f"against its base at {best.budget:g} CPU minutes).")
+        else:
+            smaller = [r for r in rows if int(r.name.split("-")[1]) < vocab and r.delta["held-out"].low > 0]
+            out.append(f"{head}, but at this scale not the lever to raise: a larger head trains slower"
+                       + (f", and the recipe lab measured {said} against its base at {rows[0].budget:g} CPU minutes"
+                          + (f": a smaller vocab (`{smaller[0].name}`) gained, training faster though it lowers the "
+                             "cap." if smaller else ".") if rows else "; no lab row has measured it."))
     return out
 
 

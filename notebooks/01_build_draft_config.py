@@ -28,11 +28,12 @@
 #
 # **Speculative decoding.** A large model (the *verifier*) writes one token per forward pass, and each pass reads all
 # of its weights. A small *draft* model guesses the next `k` tokens cheaply; the verifier then checks all `k` in **one**
-# forward pass, keeps the longest prefix it agrees with, and adds one token of its own (the *bonus* token). With greedy
+# forward pass, keeps the longest prefix it agrees with, and adds one token of its own: its correction of the first
+# draft token it rejected, or, when it accepted all `k`, the next one (the *bonus* token). With greedy
 # decoding the output is exactly what the verifier alone would have written: the draft only changes the speed.
 #
 # **τ (acceptance length)** is the number of tokens one such round commits: accepted draft tokens + 1. A useless draft
-# gives τ = 1 (only the bonus), a perfect one τ = k + 1. Speed-up grows with τ, minus the draft's own cost.
+# gives τ = 1 (only the verifier's own token), a perfect one τ = k + 1. Speed-up grows with τ, minus the draft's own cost.
 #
 # **EAGLE-3** makes the draft tiny and good: it does not read text alone, it reads what the verifier already computed.
 #
@@ -57,15 +58,12 @@
 # | sdpa | PyTorch's dense attention over a boolean mask |
 # | flex attention, BlockMask | PyTorch's compiled attention over a map of which 128-token blocks of queries see which blocks of keys (training: GPU only) |
 # | KL divergence | the loss: how far the draft's next-token distribution is from the verifier's |
-# | teacher forcing | feeding the right previous tokens instead of the model's own |
 # | GQA | attention where several query heads share one key/value head |
-# | SpecForge | another EAGLE-3 trainer; its τ leaves out the verifier's own token |
-# | Muon | an optimizer; speculators' trainer defaults to it |
-# | FSDP | PyTorch's sharding of a model over GPUs |
-# | TPOT | time per output token |
-# | held-out prompts | conversations notebook 04 keeps out of the training data, to measure τ on (notebooks 06, 07) |
-# | validation split | speculators' own: the last tenth of the training data's rows, never trained on (notebook 06 sets the draft's accuracy there beside the training rows') |
-# | packing, `total_seq_len` | several conversations laid back to back in one row of `total_seq_len` tokens, kept apart by the attention mask (notebook 03) |
+# | RoPE | rotary position embeddings: how the verifier (and so the draft) encodes a token's position |
+# | GGUF | llama.cpp's one-file model format (the default verifier ships as one; eagle3kit converts it once) |
+#
+# Later words (packing, held-out prompts, validation split, FSDP, Muon, pooled τ ...) are explained where they first
+# appear, and all in [docs/glossary.md](../docs/glossary.md).
 #
 # ## This notebook
 #
@@ -156,7 +154,8 @@ explain.attention_choices()
 # ## One forward pass on random hidden states
 #
 # The draft's input is the concatenation of the verifier's aux hidden states (`n_aux × hidden` wide), the token ids,
-# and document ids for packing. With no targets it returns the draft tokens of each TTT step.
+# and document ids for packing (several conversations in one row, kept apart: notebook 03). With no targets it returns
+# the draft tokens of each TTT step.
 
 # %%
 draft_tokens, seconds = forward_random(draft, build, forward_tokens)
@@ -180,19 +179,15 @@ record_summary(workdir, "01", trainable_params=counts["trainable"], attn=build.a
 # The last row is the bar every later notebook measures against. Serving one chat (batch 1), a verifier step is
 # *memory-bound*: it reads all of its weights whether it checks 1 token or k + 1, so checking the draft's tokens costs
 # about one plain step. A round costs that step plus k draft steps and the engine's overhead, and commits τ tokens; the
-# draft pays when τ is above the round's cost in plain steps (the **break-even τ**).
+# draft pays when τ is above the round's cost in plain steps (the **break-even τ**). Every row is a model's estimate
+# from stated assumptions (a share of the GPU's peak, published engine overheads: the appendix lists them), not a
+# measurement; notebook 06 sets the trained draft's τ against this bar.
 
 # %%
 from eagle3kit.plan import compare_plans, plan_figure, plan_run
 
 plans = [plan_run(name, samples=plan_samples, gpu=plan_gpu) for name in ("llama-3.1-8b", "qwen3-8b", "kimi-k2.5")]
 compare_plans(plans[:1], headline=True)
-
-# %% [markdown]
-# The last row, the **break-even τ**, is where the course ends: a draft speeds up serving only when τ (tokens the
-# verifier commits per round of speculation) is above it, because a round costs one verifier step over k + 1 tokens
-# plus k draft steps, while plain decoding commits one token per verifier step. Notebook 06 sets the trained draft's τ
-# against it.
 
 # %% [markdown]
 # **What you have now:** the draft's `config.json` (in the workdir's `draft_config/`), a model that runs a forward

@@ -50,6 +50,7 @@ seed = 0
 workdir = "../runs/interactive/work"
 
 # %%
+import pandas as pd
 import torch
 
 from eagle3kit.doctor.catalogue import live, seed_replay
@@ -164,7 +165,8 @@ fig
 # | the draft *config's* attention (the line below) | `sdpa` | vLLM, speculators' trainer, `from_pretrained`: it is saved in `config.json` |
 # | the training step over that config (notebook 05) | `block_sparse_cpu` | eagle3kit's training session only: the same loss and gradients as sdpa, computing only the 128-token blocks the mask keeps |
 #
-# At this probe's 256 tokens (two blocks) the block-sparse step has nothing to skip, so here the two tie; at
+# At this probe's 256 tokens the mask is 2 x 2 blocks of 128 with one skipped (section 1's "25% of blocks skipped"):
+# too little to skip, so here the two tie; at
 # notebook 05's 512-token packs with 3 TTT steps `bench/train_step.py` measured it 1.45x faster, at 1024 tokens 2.21x
 # (medians of its repeats: [bench/results/train_step.md](../bench/results/train_step.md)).
 
@@ -235,13 +237,15 @@ folded(every_setting, f"all {len(every_setting)} settings (click to open)")
 catalogue = catalogue_frame()
 print(f"{len(catalogue)} rows in {catalogue.section.nunique()} sections; the first 6 below, all of them in "
       "docs/failures.md")
-catalogue.head(6)
+with pd.option_context("display.max_colwidth", None):  # every cell whole, not cut mid-word
+    display(catalogue.head(6))
 
 # %% [markdown]
-# Two rows broken live, on the draft of this notebook (`eagle3kit.doctor.catalogue.live`). `verifier-weights-nan`:
-# the draft is built but `load_verifier_weights()` is forgotten, so speculators' NaN placeholders for the verifier's embedding, lm_head and
-# norm stay. `block-size-128`: speculators' flex path on a batch whose length is not a multiple of 128. The doctor
-# reads each artifact without running it; then the artifact runs and what it does is caught and printed.
+# Two rows broken live, on the draft of this notebook (`eagle3kit.doctor.catalogue.live`). `verifier-weights-nan`: the
+# draft is built but `load_verifier_weights()` is forgotten, so speculators' NaN placeholders for the verifier's
+# embedding, lm_head and norm stay. `block-size-128`: speculators' flex path on a batch whose length is not a multiple
+# of 128. The doctor reads each artifact without running it; then the artifact runs and what it does is caught and
+# printed.
 
 # %%
 print(live.forgotten_verifier_weights(replay))

@@ -45,7 +45,7 @@ from eagle3kit.masks.explorer import MaskExplorer
 from eagle3kit.data.layouts import pack, sharegpt_lengths
 from eagle3kit.masks.refusals import verdicts
 from eagle3kit.masks.tiny import plot_tiny, sees, tiny_mask
-from eagle3kit.masks.stats import equivalence, stats
+from eagle3kit.masks.stats import equivalence, stats, window_pairs
 from eagle3kit.masks.eagle_mask import COMPILE_ABOVE, build_mask
 from eagle3kit.notebook import setup
 from eagle3kit.runner import record_summary
@@ -95,8 +95,9 @@ print(sees(tiny))
 #
 # Lengths are real: conversations from ShareGPT V3 through the verifier's chat template. They are packed whole, in
 # order, until the next one would not fit; the rest is padding, as in speculators' collator. This is a GPU-scale pack of
-# whole ShareGPT conversations; the demo's own training (notebooks 04-05) packs its much shorter samples (a cut user
-# turn and the verifier's short reply) into smaller packs, under the same mask.
+# whole ShareGPT conversations, long enough to show every part of the mask. The demo trains on 512-token packs of much
+# shorter samples (a cut user turn and the verifier's short reply, 04 makes them) under the same mask: notebook 05
+# draws one of its real training batches this way ("The next batch and its mask").
 
 # %%
 lengths = sharegpt_lengths(load_tokenizer(verifier), n=n_documents, seed=seed)
@@ -112,12 +113,8 @@ mask_plots.plot_layout_thumbnail(mask.document_ids, ttt_steps, mask=mask)
 # ## Token level: every TTT step's keys side by side
 #
 # Each panel is one block of `total_seq_len` keys: the step-0 keys (causal within each document) and then the keys
-# added at each TTT step. Red lines: document boundaries; grey: padding.
-#
-# **Why a TTT block holds only a diagonal.** At step *s* the draft predicts one token further at each position *q*,
-# from its own output hidden state of step *s − 1* at that same position. Everything else query *q* may see (the
-# earlier tokens of its document) is already in the first block of keys, so the new block adds one key per query:
-# the draft's own earlier state at *q*, i.e. the diagonal.
+# added at each TTT step (only the diagonal, for the reason the rules above give). Red lines: document boundaries;
+# grey: padding.
 #
 # Full-length views are aggregated tile by tile: a pixel shows the fraction of attended pairs in its tile (power
 # scale). A diagonal fills only 1/tile of each tile it crosses, so any tile holding an attended pair is drawn at least
@@ -168,8 +165,7 @@ mask_plots.plot_stats(mask, table)
 # %%
 windowed = build_mask(packed, total_seq_len, ttt_steps, sliding_window)
 display(mask_plots.plot_token_mask(windowed, region=mask_plots.corner(total_seq_len, 4 * sliding_window)))
-pd.DataFrame({"full attention": stats(mask)["attended_pairs"],
-              f"window {sliding_window}": stats(windowed)["attended_pairs"]})
+window_pairs(mask, windowed)  # the query-key pairs each TTT step's mask lets attend
 
 # %% [markdown]
 # ## flex, sdpa and eager get the same mask

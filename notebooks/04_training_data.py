@@ -96,8 +96,8 @@ dvs = draft_vocab_size or None
 # Below, two of the verifier's replies as the draft will be trained on them: the first that does not loop and the
 # first that does. A small verifier decoding greedily often falls into a loop, repeating one sentence with a counter
 # that grows ("1. The first step is ... 2. The second step is ..."). That is not a bug in the data: it is what this
-# verifier writes, so it is what the draft must learn to predict (a loop is easy to predict, and a GPU run's larger
-# verifier loops far less). The count says how many of the replies loop.
+# verifier writes, so it is what the draft must learn to predict and what it will be served on (a loop is easy to
+# predict: notebook 07 shows a typical reply first, not a loop). The count says how many of the replies loop.
 
 # %%
 source = None
@@ -181,7 +181,11 @@ assert check["ok"], "the stored last state does not reproduce the verifier's log
 # %% [markdown]
 # ## Hidden-state norms per stored layer
 #
-# Residual-stream norms grow with depth; the first token (the attention sink) often stands out.
+# What the draft reads: `fc` takes these three layers' states concatenated, so their scales matter. Residual-stream
+# norms grow with depth, and the first token (the *attention sink*: many heads attend to it by default) stands out by
+# orders of magnitude, which is why a layer's mean can sit above its 99th percentile. Nothing to fix: speculators
+# feeds the states as stored. What would be wrong is a NaN, which training stops on (notebook 05 names the step and
+# the data), or a layer all zeros.
 
 # %%
 display(data_plots.hidden_state_norms(data_dir, n_samples=4))

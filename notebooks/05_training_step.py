@@ -55,6 +55,7 @@ workdir = "../runs/interactive/work"
 
 # %%
 # %matplotlib inline
+import dataclasses
 import time
 
 import torch
@@ -68,9 +69,9 @@ from eagle3kit.logs import quiet
 from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, folded, setup, short, training_data
 from eagle3kit.runner import record_summary
 from eagle3kit.train import launch, live_tau
-from eagle3kit.train.anatomy import open_step, ttt_loop
+from eagle3kit.train.anatomy import open_step, step_loop, ttt_loop
 from eagle3kit.train.checkpoint import CheckpointError, resume_matches, saved_step
-from eagle3kit.train.live_tau import trajectory
+from eagle3kit.train.live_tau import milestones, trajectory
 from eagle3kit.train.overfit import overfit, plot_overfit
 from eagle3kit.train.plots import plot_metrics, plot_step
 from eagle3kit.train.session import TrainingDiverged, TrainSession, step_columns
@@ -103,7 +104,7 @@ print(f"data: {data} ({len(session.batches.dataset)} of its {data.n_samples} sam
 print(f"draft: {b.spec.num_layers} layer(s), aux layers {b.aux_layer_ids}, draft vocab {b.config.draft_vocab_size}, "
       f"attention {b.attention.implementation} (the draft's config, what vLLM and speculators' trainer build), loss "
       f"{session.settings.loss_implementation}, device {session.device}; the training forward here: {session.attention}")
-sets_table(session, len(held_out_conversations(session.data)), live_tau.PROMPTS)
+display(sets_table(session, len(held_out_conversations(session.data)), live_tau.PROMPTS))
 if warm_start_layer is not None:
     print(f"warm start: the draft layer, fc and norm start from verifier layer {warm_start_layer} "
           "(eagle3kit.draft.warm_start)")
@@ -113,13 +114,13 @@ print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}
 # %% [markdown]
 # ## Before a long run: can the draft overfit one conversation?
 #
-# A check SpecForge recommends before spending GPU hours: train a fresh draft for a few dozen steps on **one**
-# conversation (a prompt and the verifier's own greedy reply), then run the real speculative decode loop on that
-# prompt. A draft wired correctly (aux hidden states, pre-norm targets, `d2t`/`t2d`, the TTT mask) learns it, and the
-# decode loop then accepts as many draft tokens as its training accuracy predicts (τ near `k + 1` once memorised; how
-# far it gets in a few dozen steps depends on the conversation, so that is what the verdict compares with). A draft
-# that learned but is not accepted trained on states the verifier does not give when serving; one that cannot learn
-# one sample will not be helped by more data: something is wired wrong.
+# A check SpecForge (another EAGLE-3 trainer, SGLang's) recommends before spending GPU hours: train a fresh draft for a
+# few dozen steps on **one** conversation (a prompt and the verifier's own greedy reply), then run the real speculative
+# decode loop on that prompt. A draft wired correctly (aux hidden states, pre-norm targets, `d2t`/`t2d`, the TTT mask)
+# learns it, and the decode loop then accepts as many draft tokens as its training accuracy predicts (τ near `k + 1`
+# once memorised; how far it gets in a few dozen steps depends on the conversation, so that is what the verdict compares
+# with). A draft that learned but is not accepted trained on states the verifier does not give when serving; one that
+# cannot learn one sample will not be helped by more data: something is wired wrong.
 
 # %%
 if overfit_steps:
@@ -144,10 +145,12 @@ else:
 #   of tokens), where a real draft sees tens to hundreds of millions. The loss falls but stays high.
 # - **Accuracy** (`full_acc_0`: the draft's first guess is the verifier's top token): from speculators' random init
 #   (`warm_start_layer = None`) it starts near zero and climbs slowly. Warm-started from a verifier layer (-1: the
-#   last) it also starts near zero (the half of its attention that reads token embeddings is random), but within a
-#   few dozen steps a real share of first guesses match; the later TTT steps trail behind.
+#   last) it also starts near zero (the half of its attention that reads token embeddings is random), and climbs
+#   over the first few hundred steps (the live plot below); the later TTT steps trail behind.
+# - **`grad_norm`** is the gradient's norm before clipping: speculators clips it to 1.0, so large values in the first
+#   steps (hundreds) are normal; they fall as the loss does.
 # - **Healthy or not:** a loss that falls over the first steps is healthy; a flat, rising or NaN loss is not. Whether
-#   the *wiring* is sound shows in the overfit check at the end, not in this loss. These accuracies are on training
+#   the *wiring* is sound shows in the overfit check above, not in this loss. These accuracies are on training
 #   batches; notebook 06 sets the validation split's beside them (the gap: how much the draft memorised).
 
 # %%
@@ -176,11 +179,12 @@ plot_step(record)
 #   training-time test); `lm_head` gives the draft's logits.
 # - **The loss:** step *s*'s logits at position *i* are trained toward the verifier's distribution at *i* + *s*; one
 #   KL divergence a TTT step, added up (the line under the table).
-# - **Why the row counts shrink:** speculators' own forward computes every one of the pack's positions at every step
-#   (on a GPU, 1 × `total_seq_len`). eagle3kit's block-sparse CPU step (the training forward printed above) computes
-#   fewer: it cuts the padding after the last document, from TTT step 1 on runs the decoder layer only on rows whose
-#   chain of steps can still reach a loss (`eagle3kit.attention.rows`), and `lm_head` only on rows that carry loss. The
-#   loss and gradients are speculators' own (tests hold them to its dense forward at 1e-5).
+# - **Why the row counts shrink:** speculators' own forward computes every one of the pack's `total_seq_len`
+#   positions at every step (what a GPU runs). eagle3kit's block-sparse CPU step (the training forward printed above)
+#   computes fewer, in three cuts: the padding after the last document (`fc`'s rows); then, at every TTT step, the
+#   decoder layer only on the rows whose chain of steps can still reach a loss (`eagle3kit.attention.rows`: a prompt
+#   token far from any reply cannot); and `lm_head` only on the rows that carry loss. The loss and gradients are
+#   speculators' own (tests hold them to its dense forward at 1e-5).
 
 # %%
 display(opened.calls)
@@ -196,6 +200,14 @@ print(opened.losses(session.ttt_steps))
 
 # %%
 print(ttt_loop())
+
+# %% [markdown]
+# And the optimizer step around that forward, as `step()` runs it (speculators' `Trainer` does the same): clear the
+# gradients, forward and backward on each rank's batch, clip the gradient norm to 1.0 (`grad_norm` in the table above
+# is the norm before clipping), then the optimizer and the LR schedule take one step.
+
+# %%
+print(step_loop())
 
 # %% [markdown]
 # ## The next batch and its mask
@@ -215,11 +227,11 @@ plot_batch(batch["document_ids"], session.ttt_steps, batch["loss_mask"])
 # between steps) and **Stop**. Headless, the cell calls the method the Run N button calls.
 #
 # Loss and accuracy are not what the draft is for: **τ** is. Every `tau_every` steps the session measures the draft's
-# simulated τ on a few held-out prompts (the verifier's replies are written once, here; later measurements run the draft
-# alone), as SpecForge picks checkpoints by its simulated acceptance (which leaves the bonus token out). The stepper
-# draws it beside loss and accuracy. On a few prompts it is a rough guide: one measurement moves by a few tokens'
-# luck. `eagle3kit train --eval-every N --keep-best-tau` keeps the checkpoint of the best live τ, worth it only with
-# more prompts than the few here.
+# simulated τ on a few held-out prompts (the verifier's replies are written once, here; later measurements run the
+# draft alone), as SpecForge picks checkpoints by its simulated acceptance (which leaves the verifier's own token out).
+# The stepper draws it beside loss and accuracy. On a few prompts it is a rough guide: one measurement moves by a few
+# tokens' luck. `eagle3kit train --eval-every N --keep-best-tau` keeps the checkpoint of the best live τ, worth it only
+# with more prompts than the few here.
 
 # %%
 if tau_every:
@@ -231,9 +243,7 @@ stepper.run(run_steps, background=False)
 if stepper.error:
     print("stopped:", stepper.error)
 print(f"{run_steps} steps in {time.perf_counter() - t0:.0f} s")
-first, last = session.history[0], session.history[-1]
-print(f"the first TTT step's accuracy (full_acc_0): {first['full_acc_0']:.3f} at training step {first['step']}, "
-      f"{last['full_acc_0']:.3f} at training step {last['step']}")
+display(milestones(session.history, session.ttt_steps))  # the first step, each live τ, the last
 if trajectory(session.history):
     print(trajectory(session.history))
 plot_metrics(session.history)
@@ -260,7 +270,8 @@ print(f"next step after resume: loss {match.resumed_loss:.6f} vs {match.loss:.6f
 
 # %%
 try:
-    TrainSession(data, b.spec, lr=lr / 2, total_seq_len=total_seq_len, seed=seed, progress=False).load(checkpoint)
+    other = {**dataclasses.asdict(session.settings), "lr": session.settings.lr / 2}  # the same run but its lr
+    TrainSession(data, b.spec, progress=False, **other).load(checkpoint)
 except CheckpointError as exc:
     print("refused:", exc)
 with torch.no_grad():
@@ -290,12 +301,13 @@ print(type(loaded).__name__, "loaded from", short(exported, workdir), "- fc weig
 # ## The same run on N GPUs, through speculators' own trainer
 #
 # The run becomes a speculators `TrainConfig` YAML, validated by speculators itself; every value that defines it is
-# written out. Below: whether it fits (the step's memory on one H100-80GB a rank, and the disk its checkpoints
-# need under the plan's folder), the YAML's head and its path, the command, and a table of the fields the YAML sets
-# where eagle3kit's value differs from the `speculators train` default, with why. The command runs it with `torchrun`
-# (add `--fsdp-shard` to shard with FSDP2). On N ranks each step takes N packs (one a rank), so the YAML keeps the
-# packs this session sees: `max_steps` / N steps, and the fewest `epochs` that hold them, so that `max_steps`, the LR
-# schedule's horizon, is what ends the run (the line under the command says after how many epochs).
+# written out. Below: whether it fits (the step's memory on one H100-80GB a rank, and the disk its checkpoints need
+# under the plan's folder), the YAML's head and its path, the command, and a table of the fields the YAML sets where
+# eagle3kit's value differs from the `speculators train` default, with why. The command runs it with `torchrun` (add
+# `--fsdp-shard` to shard with FSDP2: each GPU holds a slice of the weights, gradients and optimizer state). On N ranks
+# each step takes N packs (one a rank), so the YAML keeps the packs this session sees: `max_steps` / N steps, and the
+# fewest `epochs` that hold them, so that `max_steps`, the LR schedule's horizon, is what ends the run (the line under
+# the command says after how many epochs).
 
 # %%
 on_gpus = session.settings.for_ranks(len(session.batches), n_gpus)  # the packs this session sees, on n_gpus ranks
@@ -310,27 +322,19 @@ folded(differs, f"{len(fields)} fields written; {len(fields) - len(differs)} are
        f"{len(differs)} that are not, each with why (click to open; `launch.explain_plan(plan)` lists every one)")
 
 # %% [markdown]
-# `speculators train --config run.yaml --dry-run`, run here on the CPU, builds the draft from the YAML and saves it.
-# Its `config.json` must equal, field by field, the config of eagle3kit's draft for the same run.
-
-# %%
-table = launch.round_trip(session.build, plan, workdir / "launch_05" / "dry_run", model=session.model)
-print(f"{int(table['equal'].sum())} of {len(table)} config.json fields equal")
-display(table[~table["equal"]] if not table["equal"].all() else table.head(12))
-
-# %% [markdown]
 # ### Rehearse it here: speculators' own trainer, on this CPU, under torchrun
 #
-# The dry run stops before the trainer does anything. `eagle3kit rehearse` runs speculators' own trainer, unchanged,
-# on the very YAML above, here, with `rehearse_ranks` processes under `torchrun`. Then `TrainSession` trains the same
-# run and the two loss curves are drawn on each other; the doctor reads the trainer's records and log.
+# `eagle3kit rehearse` runs speculators' own trainer, unchanged, on the very YAML above, here, with `rehearse_ranks`
+# processes under `torchrun`, for a few steps. Then `TrainSession` trains the same run and the two loss curves are
+# drawn on each other; the doctor reads the trainer's records and log. (`speculators train --config run.yaml
+# --dry-run` only builds and saves the draft: where no rehearsal runs, the check below runs that instead.)
 #
 # *Advanced: how a GPU trainer runs on a CPU.* The ranks talk over gloo (PyTorch's CPU backend for collectives).
-# speculators picks its device through `torch.accelerator`; on a machine without one,
-# `eagle3kit.train.rehearsal.cpu` presents the CPU as its accelerator, piece by piece (each piece says what in
-# speculators needs it). What a CPU cannot train (flex attention's backward, the Triton loss, bf16 compared exactly)
-# is passed as flags, never edited into the YAML, and listed. `TrainSession` trains as `rehearse_ranks` data-parallel
-# ranks (one sampler per rank, gradients averaged).
+# speculators picks its device through `torch.accelerator`; on a machine without one, `eagle3kit.train.rehearsal.cpu`
+# presents the CPU as its accelerator, piece by piece (each piece says what in speculators needs it). What a CPU cannot
+# train (flex attention's backward, the fused loss, a Triton GPU kernel, bf16 compared exactly) is passed as flags,
+# never edited into the YAML, and listed. `TrainSession` trains as `rehearse_ranks` data-parallel ranks (one sampler per
+# rank, gradients averaged).
 
 # %%
 from eagle3kit.doctor.findings import to_frame
@@ -353,6 +357,17 @@ if rehearse_ranks:
         print("speculators' checkpoint:", rehearsal.checkpoint(), "(eagle3kit doctor --draft opens it)")
 else:
     print("skipped: rehearse_ranks = 0")
+
+# %% [markdown]
+# The draft speculators built from the YAML (the rehearsal's checkpoint; where none ran, a dry run's) must
+# equal eagle3kit's draft for the same run, `config.json` field by field.
+
+# %%
+built = rehearsal.checkpoint() if rehearsal is not None and rehearsal.ok else None  # else: a --dry-run builds it
+table = launch.round_trip(session.build, plan, workdir / "launch_05" / "dry_run", model=session.model, saved=built)
+print(f"{int(table['equal'].sum())} of {len(table)} config.json fields equal (speculators' "
+      f"{'rehearsal checkpoint' if built else 'dry run'} against eagle3kit's draft)")
+display(table[~table["equal"]] if not table["equal"].all() else table.head(12))
 
 # %% [markdown]
 # ## On a GPU

@@ -21,9 +21,10 @@
 # that decides whether a draft is worth serving; loss and accuracy only point at it.
 #
 # **τ (acceptance length)** = tokens one speculative round commits = accepted draft tokens + 1 (the verifier's own
-# *bonus* token), as vLLM and the EAGLE papers count it. An untrained draft gives τ ≈ 1, a perfect one `k + 1`; here
-# k = 3, so the ceiling is **4**. (The EAGLE-3 paper's τ ≈ 6 for LLaMA-3.1-8B comes from a *tree* of drafts, up to 7–8
-# tokens deep, and a draft trained on hundreds of thousands of conversations; a chain of k = 3 cannot reach it.)
+# token: its correction of the first rejected draft token, or the *bonus* token after all k were accepted), as vLLM and
+# the EAGLE papers count it. An untrained draft gives τ ≈ 1, a perfect one `k + 1`; here k = 3, so the ceiling is
+# **4**. (The EAGLE-3 paper's τ ≈ 6 for LLaMA-3.1-8B comes from a *tree* of drafts, up to 7–8 tokens deep, and a draft
+# trained on hundreds of thousands of conversations; a chain of k = 3 cannot reach it.)
 #
 # **One headline τ:** vLLM's own spec-decode counters on the held-out prompts, with MT-bench's first turns beside it.
 # Before vLLM, eagle3kit *simulates* τ (the verifier's reply teacher-forced through the draft: cheap, and what the live
@@ -41,6 +42,7 @@ warm_start_layer = None     # only for a session started here (see notebook 05)
 total_seq_len = 512         # only for a session started here
 n_prompts = 4               # held-out prompts for τ
 n_decode_prompts = 0        # of those, how many the trained draft's real decode loop runs (batch 1, slow); 0: all
+decode_untrained = True     # the untrained draft's decode loop too, on at most 2 of them (~4 s a prompt)
 max_new_tokens = 48         # greedy continuation length per prompt
 max_prompt_tokens = 128     # the user turn is cut to this many tokens
 k = 0                       # draft tokens per round; 0: the draft's ttt_steps
@@ -63,6 +65,7 @@ import torch
 from IPython.display import Markdown
 
 from eagle3kit.course import conclusion, details_markdown, minutes_caveat
+from eagle3kit.data.conversations import first_not_looping
 from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.evaluate import acceptance as ev
@@ -77,7 +80,7 @@ from eagle3kit.plan import serving_speed
 from eagle3kit.runner import record_summary
 from eagle3kit.train.live_tau import trajectory
 from eagle3kit.train.plots import plot_metrics
-from eagle3kit.train.validation import split_metrics
+from eagle3kit.train.validation import first_guess_line, split_metrics
 from eagle3kit.verifier import load_model, load_tokenizer
 
 workdir = setup(workdir)
@@ -119,8 +122,9 @@ greedy_seconds = time.perf_counter() - t0
 n_tokens = sum(len(c) for c in conts)
 print(f"{len(prompts)} prompts, {n_tokens} greedy tokens in {greedy_seconds:.1f}s (batched, to make the reference "
       "continuations; speed is compared at the end, measured the same way with and without the draft)")
-print("prompt:", repr(tokenizer.decode(prompts[0][0])[-200:]))
-print("greedy:", repr(tokenizer.decode(conts[0])[:300]))
+shown = first_not_looping([tokenizer.decode(c) for c in conts])  # an example, not a greedy rut
+print(f"prompt {shown}:", repr(tokenizer.decode(prompts[shown][0])[-200:]))
+print("greedy:", repr(tokenizer.decode(conts[shown])[:300]))
 
 # %% [markdown]
 # ## Train
@@ -157,7 +161,7 @@ session.model.eval()
 sim = {"untrained": ev.simulate(verifier_model, untrained, prompts, conts, k, states=states)}
 n_decode = n_decode_prompts or len(prompts)
 real = {"untrained": ev.decode(verifier_model, untrained, prompts[:min(2, n_decode)], conts[:min(2, n_decode)], k,
-                               tokenizer.eos_token_id, progress=False)}
+                               tokenizer.eos_token_id, progress=False)} if decode_untrained else {}
 held_parts = ev.simulate_each(verifier_model, session.model, prompts, conts, k, states=states)
 held_prompts = [benchmarks.cut_user_turn(tokenizer, p, max_prompt_tokens)
                 for p in benchmarks.held_out_set(held_out, len(prompts))]
@@ -262,14 +266,15 @@ display(there.table())
 # %% [markdown]
 # ## Where this run sits: τ against the minutes it cost
 #
-# `bench/recipe.py` (the recipe lab) made the demo verifier's draft under each lever of its recipe at an equal
-# budget of CPU minutes, then ran the best recipe it found at several budgets, each scored on MT-bench's first turns
-# and on held-out ShareGPT prompts. The star is this run: its minutes are notebook 04's data and every training step of
-# 05 and 06, on this CPU, and its τ is on MT-bench's first turns, the same prompts the lab scored (its held-out
-# prompts are another set than the lab's, so the headline τ is not set on the curve). The line under the lab's says
-# whether its minutes and this CPU's are one clock. The dotted
-# line is the τ the planned GPU run needs for the draft to pay. It is measured on this verifier at CPU scale: a
-# user's GPU run lands elsewhere, which no published point here lets eagle3kit forecast.
+# The **recipe lab** (`bench/recipe.py`) trained this verifier's draft from nothing many ways, each at an equal budget
+# of CPU minutes (the data and the training), and scored each on MT-bench's first turns and on held-out prompts.
+# Its words: a **lever** is one change to the recipe (the packing length, the optimizer, twice the verifier's replies:
+# `more-data` ...), measured against the **base recipe** at the same minutes; the **frontier** is the best recipe run
+# at several budgets, its conversations growing with the minutes. The figure draws the frontier (dots), the levers on
+# top of it (diamonds), this run (the star: notebook 04's data and every training step of 05 and 06, on this CPU, its
+# τ on MT-bench's first turns, the prompts the lab scored) and, dotted, the τ the planned GPU run needs for the draft
+# to pay. All of it is this verifier at CPU scale, not a forecast for a GPU run. Which levers held, and every point's
+# numbers: the appendix.
 
 # %%
 data_minutes, train_minutes = minutes_to_make(workdir, session.history)
@@ -281,17 +286,16 @@ print(f"this run: {run_minutes:.1f} CPU minutes to make the draft ({data_minutes
       "training: the steps' own seconds, as the lab counts them, the live τ's measurements left out)" + (f"; τ on MT-bench's {len(named.records[bench_engine])} first turns {on_bench['tau']:.3f} "
                      f"({bench_engine}), the lab's own prompts" if on_bench else ""))
 lab = recipes.read_lab()
-print("\n".join(filter(None, [recipes.strongest_lever(lab), recipes.frontier_line(lab.frontier, beside=lab.beside),
-                             minutes_caveat(lab)])))
+print(minutes_caveat(lab))
 if lab.frontier:
     display(recipes.plot_frontier(lab.frontier, here=(run_minutes, on_bench["tau"]) if on_bench else None,
                                   bar=there.break_even, before=lab.frontier_before, before_label=recipes.BEFORE_LABEL,
                                   beside=lab.beside))
 
 # %%
-fit = {"training": split_metrics(session, "train"), "validation": split_metrics(session, "val")}  # no step taken
-print("the first guess right (teacher-forced, every supervised token): " + ", ".join(
-    f"{f['full_acc_0']:.2f} on the {f['samples']} {split} conversations" for split, f in fit.items() if f["batches"]))
+val = split_metrics(session, "val")  # no step taken; the training split read as far as the validation split goes
+fit = {"training": split_metrics(session, "train", max_batches=max(1, val["batches"])), "validation": val}
+print(first_guess_line(fit))
 speed_line = [vllm_compare.measured_line(vllm, cpu), there.line(where, tau_from)]
 scored = [ScoredSet(benchmarks.HELD_OUT, held_prompts, [p[0].tolist() for p in prompts], conts,
                     "transformers (float32)", held_records, **from_check(vllm))]
@@ -307,6 +311,7 @@ record_summary(workdir, "06", **summary.summary_numbers(sim, real, gate, named),
                speedup_predicted_there=round(there.speedup, 3), break_even_there=round(there.break_even, 2),
                acceptance_there=[round(a, 3) for a in acceptance], acceptance_from=tau_from, closing=speed_line,
                train_full_acc_0=round(fit["training"]["full_acc_0"], 3), training_samples=fit["training"]["samples"],
+               training_split_samples=fit["training"]["split_samples"],
                val_full_acc_0=round(fit["validation"]["full_acc_0"], 3) if fit["validation"]["batches"] else None,
                validation_samples=fit["validation"]["samples"],
                outside_vocab_share=outside_share(conts, draft_vocab_mask(session.model)))
@@ -336,8 +341,8 @@ Markdown(conclusion(workdir))
 # one vLLM's counters check. `tau_all_starts` averages a round starting at *every* position: a different way of
 # counting, not another measurement. `acc_i` is the **conditional** acceptance over every start position: the rate at
 # which draft token *i* is accepted *given that the ones before it were*. `lossless` counts the prompts the decode
-# loop ran (the untrained draft's on at most two); a decode-loop τ (`tau_decode`) appears only where the loop ran on
-# every prompt, since on fewer it is no τ of the set.
+# loop ran (the untrained draft's on at most two, where `decode_untrained`); a decode-loop τ (`tau_decode`) appears
+# only where the loop ran on every prompt, since on fewer it is no τ of the set.
 
 # %%
 display(ev.summary_table(sim, real, len(prompts)))

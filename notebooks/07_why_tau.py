@@ -17,8 +17,8 @@
 # # 07 · Why τ is what it is: every token's fate, where the draft fails, and τ against context length
 #
 # **Headline.** Notebook 06 gave the verdict; this notebook is the diagnosis. It colours every token of the verifier's
-# reply by what the draft did with it, counts where the draft fails by kind of token, and measures τ as the context
-# grows, so you know what more training has to fix.
+# reply by what the draft did with it, counts where the draft fails by kind of token, and takes a first look at τ as
+# the context grows (a few prompts a length), so you know what more training has to fix.
 #
 # Notebook 06 measured *how much* the draft is accepted: τ per prompt, per category, per draft position. This notebook
 # shows *what* is accepted and where it breaks, for the very draft 06 exported and the very replies it scored (nothing
@@ -36,7 +36,7 @@
 # %% tags=["parameters"]
 # Defaults for a run by hand; `eagle3kit run-notebooks --preset NAME` writes its values here in the executed copy.
 verifier = "smollm2"        # used when notebook 06 did not run in this workdir
-held_out_index = 0          # the held-out prompt shown first
+held_out_index = None       # the held-out prompt shown first (None: nearest the set's median τ, its reply not a loop)
 bench_index = 0             # the named set's prompt shown second
 n_class_prompts = 8         # prompts of each set counted by token class (0: all of them)
 context_per_bucket = 2      # long-context prompts at each length (the full curve: bench/long_context.py)
@@ -59,7 +59,7 @@ from eagle3kit.doctor.checks.draft_loader import sliding_window, trained_length
 from eagle3kit.evaluate import context_curve, long_context, token_classes
 from eagle3kit.evaluate.benchmarks import HELD_OUT
 from eagle3kit.evaluate.conventions import TAU_CONVENTION
-from eagle3kit.evaluate.fates import beside_its_set, same_counts
+from eagle3kit.evaluate.fates import beside_its_set, same_counts, typical
 from eagle3kit.evaluate.token_page import comparison_table, legend_html, one_round_more, prompt_html, vllm_line
 from eagle3kit.evaluate.token_viewer import SetViews, TokenViewer
 from eagle3kit.figures import show_widget
@@ -92,8 +92,10 @@ print(f"draft {short(run.draft_dir, workdir)}: k = {k}, draft vocab {draft.confi
 # was accepted (the bonus token). τ of the prompt is counted from these marks, and it is the τ notebook 06 scored.
 
 # %%
-shown = views.view(HELD_OUT, held_out_index)
 scored = sets[HELD_OUT].simulated
+if held_out_index is None:  # a typical prompt, not the easiest: a looping reply is easy to draft
+    held_out_index = typical(scored, [tokenizer.decode(c) for c in sets[HELD_OUT].conts]) if scored else 0
+shown = views.view(HELD_OUT, held_out_index)
 if scored is not None:
     r = scored[held_out_index]
     same = "the same" if same_counts([shown], [r]) else "DIFFERENT counts"

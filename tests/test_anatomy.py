@@ -46,3 +46,15 @@ def test_the_ttt_loop_is_the_installed_speculators_source_and_a_forward_without_
     assert "# shape" not in body
     with pytest.raises(ValueError, match="no `for ttt_step"):
         ttt_loop(TrainSession.step)
+
+
+def test_the_step_loop_is_the_sessions_own_optimizer_step():
+    """Notebook 05 prints the optimizer step `TrainSession.step()` runs: its own source, the calls a reader looks for
+    in order, no docstring."""
+    from eagle3kit.train.anatomy import step_loop
+
+    said = step_loop()
+    calls = ["zero_grad()", ".backward()", "clip_grad_norm_(model.parameters(), 1.0)", "optimizer.step()",
+             "scheduler.step()"]
+    assert said.startswith("# eagle3kit.train.loop.train_step\ndef train_step(model, optimizers, schedulers")
+    assert [said.index(c) for c in calls] == sorted(said.index(c) for c in calls) and '"""' not in said

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -49,14 +50,16 @@ def test_the_conclusion_opens_with_five_lines_and_ends_with_the_numbers_in_full(
     record_summary(tmp_path, "06", **served)
     lines = course.five_lines(served, read_lab())
     assert len(lines) == 5
-    assert lines[0] == ("**τ 1.57** on 16 held-out prompts (vLLM's counters; k = 3, so at most 4); on MT-bench's 80 "
-                        "first turns 1.13 [1.10, 1.16]; untrained 1.00.")
+    assert lines[0] == ("**τ 1.57** on 16 held-out prompts (vLLM's counters, all rounds pooled; k = 3, so at most 4); "
+                        "on MT-bench's 80 first turns 1.13 [1.10, 1.16] (the mean over its prompts, as the recipe "
+                        "lab counts); untrained 1.00.")
     assert "0.50x here with 96 sequences together (vLLM CPU build)" in lines[1]
     assert "pays there above τ 1.90" in lines[1]
     alone = course.five_lines({**served, "tokens_per_s_vllm_alone": {"draft": 45.0, "plain": 50.0},
                                "vllm_alone_prompts": 4}, read_lab())[1]  # batch 1 measured: said first
     assert alone.startswith("**Buys** 0.90x here one prompt at a time (4 prompts, a first look); 0.50x here with 96 "
-                            "sequences together (vLLM CPU build, compute-bound)")
+                            "sequences together (vLLM CPU build; compute-bound: checking k + 1 tokens costs about "
+                            "k + 1 times one)")
     assert "a llama-3.1-8b draft that accepts as this one does" in lines[1]  # the plan's verifier, not this one
     assert lines[2].startswith("**So** this draft slows decoding") and "10% of rounds" in lines[3]
     assert "12% of the tokens of the held-out replies it was scored on" in lines[3]
@@ -160,11 +163,17 @@ def test_what_to_change_follows_the_runs_own_diagnosis():
     lab = read_lab()
     memorised = {"train_full_acc_0": 0.88, "val_full_acc_0": 0.32, "outside_vocab_share": 0.12}
     lines = next_run.levers(memorised, {"samples": 256, "draft_vocab_size": 2048}, lab)
-    assert lines[0].startswith("It memorised") and "`--set n_conversations=512`" in lines[0]
-    more = [r for r in lab.beside if r.name == "pack-512+more-data"]  # the lab's evidence, with its interval
-    assert more and f"{more[0].budget:g} min {more[0].delta['held-out'].mean:+.3f} [" in lines[0]
-    assert "12% of held-out reply tokens" in lines[1] and "`--set draft_vocab_size=4096`" in lines[1]
-    assert "`vocab-8192` -0.048 [" in lines[1] and "do not expect τ from it" in lines[1]  # the lab's row, its sign
+    assert lines[0].startswith("It memorised") and "with the minutes to train on them" in lines[0]
+    assert "n_conversations" not in lines[0]  # no count of replies at equal minutes: the lab's 3x did not hold
+    for r in (r for r in lab.beside if "+more-data" in r.name):  # the lab's evidence, each with its interval
+        assert f"{r.conversations} replies at {r.budget:g} min {r.delta['held-out'].mean:+.3f} [" in lines[0]
+    # the lab measured a larger vocab losing (vocab-8192) and a smaller one gaining: no larger vocab is advised
+    assert "12% of held-out reply tokens" in lines[1] and "draft_vocab_size=" not in lines[1]
+    assert "`vocab-8192` -0.048 [" in lines[1] and "not the lever to raise" in lines[1]
+    gained = dataclasses.replace(lab, rows=[dataclasses.replace(r, delta={**r.delta, "held-out": dataclasses.replace(
+        r.delta["held-out"], mean=0.05, low=0.01, high=0.09)}) if r.name == "vocab-8192" else r for r in lab.rows])
+    assert "`--set draft_vocab_size=8192`" in next_run.levers(memorised, {"samples": 256, "draft_vocab_size": 2048},
+                                                             gained)[1]  # where a lab row measured a gain, it says so
     healthy = {"train_full_acc_0": 0.5, "val_full_acc_0": 0.45, "outside_vocab_share": 0.03}
     assert next_run.levers(healthy, {"samples": 256, "draft_vocab_size": 2048}, lab) == []
     assert next_run.levers({}, {}, lab) == []
@@ -269,15 +278,18 @@ def test_the_handoff_gives_the_readmes_gpu_commands(tmp_path):
     assert [c for c, _ in without] == [c for c, _ in rows]
 
 
-def test_mt_bench_beside_the_headline_is_counted_as_the_headline_is_with_its_mean_beside():
-    """vLLM's held-out τ pools all rounds; MT-bench beside it is pooled the same way (its interval too), the mean
-    over its prompts (the table's and the lab's count) in brackets; a summary without the pooled interval keeps the
-    mean alone."""
+def test_mt_bench_beside_the_headline_is_one_figure_the_mean_as_the_lab_counts_with_the_pooled_labelled():
+    """Every place notebook 06 states MT-bench's τ gives one figure: the mean over its prompts (the per-category
+    table's and the recipe lab's count, which the frontier's star is set against), with its interval; the details
+    give all rounds pooled beside it, labelled; a summary without the pooled interval keeps the mean alone."""
     both = {"tau": 1.301, "low": 1.274, "high": 1.328, "pooled": 1.287, "pooled_low": 1.262, "pooled_high": 1.311}
     served = {**SIMULATED, "tau_vllm": 1.59, "vllm_prompts": 16, "mt-bench_vllm": both, "mt-bench_prompts": 80}
-    said = "1.29 [1.26, 1.31] (all rounds pooled; the mean over its prompts 1.30 [1.27, 1.33])"
+    said = ("1.30 [1.27, 1.33] (the mean over its prompts, as the recipe lab counts; all rounds pooled: "
+            "1.29 [1.26, 1.31])")
     assert course.bench_tau(both) == said
-    assert f"on MT-bench's 80 first turns {said}" in course.five_lines(served, read_lab())[0]
+    line = course.five_lines(served, read_lab())[0]
+    assert "on MT-bench's 80 first turns 1.30 [1.27, 1.33] (the mean over its prompts" in line and "1.29" not in line
+    assert course.bench_tau(both, with_pooled=False) == "1.30 [1.27, 1.33]"
     assert f"MT-bench's first turns: τ {said} over 80 prompts" in " ".join(course.headline(served))
     assert course.bench_tau(SIMULATED["mt-bench_sim"]) == "1.13 [1.10, 1.16]"
 
@@ -292,6 +304,6 @@ def test_reaching_the_break_even_says_whether_the_interval_clears_it_and_the_oth
     t = hit.tau["held-out"]
     unsure = next_run.reaches(lab, (t.low + t.mean) / 2)  # between its interval's low end and its mean
     assert "By its mean τ the lab first reached" in unsure and "not yet a sure one" in unsure
-    assert "on mt-bench " in unsure and "not a forecast for that run" in unsure
+    assert "on mt-bench " in unsure and "not a forecast for that run" in unsure and "reaches below" in unsure
     sure = next_run.reaches(lab, t.low - 0.01)  # below its whole interval
     assert "By its mean τ the lab first reached" in sure and "not yet a sure one" not in sure

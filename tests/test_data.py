@@ -519,6 +519,8 @@ def test_a_reply_that_loops_is_told_from_one_that_does_not():
     assert conv.repetition(loop) > conv.LOOP_SHARE and conv.repetition(url) > conv.LOOP_SHARE
     assert [conv.loops([{"role": "user", "content": "q"}, {"role": "assistant", "content": t}])
             for t in (plain, loop)] == [False, True]
+    # notebook 06 prints the first held-out reply that does not loop; the first of all when every one does
+    assert conv.first_not_looping([loop, url, plain, loop]) == 2 and conv.first_not_looping([loop, url]) == 0
 
 
 def test_the_example_notebook_04_shows_is_a_reply_that_does_not_loop(tiny_verifier):

@@ -97,3 +97,14 @@ def test_the_trajectory_says_where_live_tau_started_and_ended_and_its_range_with
     assert "measured on 4 prompts kept out of training, a rough guide" in said
     assert "highest" not in said and "best" not in said  # a 4-prompt peak is no checkpoint to pick
     assert trajectory(history[:1]) is None
+
+
+def test_the_run_at_a_glance_keeps_the_first_step_each_live_tau_and_the_last():
+    """Notebook 05's table under the long run: the steps worth reading, each with its loss and accuracies."""
+    from eagle3kit.train.live_tau import TAU, milestones
+
+    history = [{"step": s, "loss": 10.0 - s, "full_acc_0": s / 10, "full_acc_1": s / 20,
+                **({TAU: 1.0 + s / 100} if s % 3 == 0 else {})} for s in range(1, 9)]
+    table = milestones(history, 2)
+    assert list(table.index) == [1, 3, 6, 8] and list(table.columns) == ["loss", "full_acc_0", "full_acc_1", "live τ"]
+    assert table.loc[6, "live τ"] == 1.06 and table.loc[8, "loss"] == 2.0 and table["live τ"].isna().sum() == 2

@@ -115,6 +115,8 @@ def test_layout_thumbnail_from_a_collator_document_ids_tensor():
 def test_explorer_redraws_when_a_control_changes():
     explorer = MaskExplorer([300, 200, 77, 500], documents=2, padding=10, ttt_steps=2)
     assert explorer.error is None and explorer.mask.total_seq_len == 512
+    # 500 tokens of documents and 10 asked: 512, so 12 padding tokens, and the status says why not 10
+    assert "12 padding tokens (10 asked, up to the next multiple of 128)" in explorer.status.value
     first, first_png = explorer.figure, explorer.token_image.value
     explorer.ttt_steps.value = 3
     assert explorer.token_image.value[:8] == b"\x89PNG\r\n\x1a\n" and explorer.token_image.value != first_png
@@ -194,3 +196,20 @@ def test_token_mask_key_tick_labels_do_not_collide():
     zoom = mask_plots.around(1850, half=100)
     for region, step in ((None, -1), (zoom, -1), (zoom, 0)):
         assert _tick_label_collisions(mask_plots.plot_token_mask(mask, region=region, step=step)) == []
+
+
+def test_the_window_table_counts_each_ttt_steps_pairs_and_what_the_window_keeps():
+    """Notebook 03's sliding-window table: one row a TTT step, labelled as such, the pairs with thousands separated
+    and the share the window keeps (all of it for a document shorter than the window, less for a longer one)."""
+    from eagle3kit.masks.eagle_mask import build_mask
+    from eagle3kit.masks.stats import stats, window_pairs
+
+    full, windowed = build_mask([300, 100], 512, ttt_steps=2), build_mask([300, 100], 512, 2, 64)
+    table = window_pairs(full, windowed)
+    assert table.index.name == "TTT step" and len(table) == 2
+    assert list(table.columns) == ["full attention", "window 64", "the window keeps"]
+    first = int(stats(full)["attended_pairs"].iloc[0])
+    assert table["full attention"].iloc[0] == f"{first:,}" and table["the window keeps"].iloc[0].endswith("%")
+    assert int(table["the window keeps"].iloc[0][:-1]) < 100  # 300 tokens against a window of 64: the band bites
+    short = window_pairs(build_mask([50, 40], 128, 2), build_mask([50, 40], 128, 2, 64))
+    assert set(short["the window keeps"]) == {"100%"}  # documents shorter than the window: nothing cut

@@ -261,3 +261,21 @@ def test_a_missing_hidden_state_file_fails_mid_epoch_and_is_named(run_yaml, tiny
     found = rehearsal_checks.after(run)
     assert not run.ok and checks(found) == {"hidden_states_missing"} and "sample 3" in found[0].what
     assert 0 < len(run.metrics()) < 8  # the trainer started, then failed at the batch that needs sample 3
+
+
+def test_the_rehearsals_checkpoint_is_compared_as_built_with_no_dry_run(one_process, run_yaml, tmp_path):
+    """Notebook 05 compares the config.json of the rehearsal's checkpoint with eagle3kit's draft (no second build by
+    a dry run); a field eagle3kit sets otherwise shows as unequal."""
+    import json
+
+    from eagle3kit.train.launch import LaunchPlan, compare_configs, eagle3kit_config_json, round_trip, validate_yaml
+
+    session = compare.session_for(one_process)
+    plan = LaunchPlan(validate_yaml(run_yaml), run_yaml, 1, False)
+    table = round_trip(session.build, plan, tmp_path / "dry", model=session.model, saved=one_process.checkpoint())
+    assert len(table) > 30 and table["equal"].all(), table[~table["equal"]].to_string()
+    assert not (tmp_path / "dry").exists()  # read from the checkpoint, not dry-run
+    ours = eagle3kit_config_json(session.build, plan.local_data_path)  # bf16, as the trainer saves
+    theirs = json.loads((one_process.checkpoint() / "config.json").read_text())
+    theirs["norm_output"] = not theirs["norm_output"]
+    assert list(compare_configs(ours, theirs).query("not equal")["field"]) == ["norm_output"]

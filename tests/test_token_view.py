@@ -111,6 +111,12 @@ def test_the_class_table_counts_failures_and_stays_silent_on_absent_classes():
     assert table.loc[token_classes.OUTSIDE, "targets"] == 0  # a full-vocab draft: nothing outside it
     assert "No class the draft can propose has" in token_classes.worst_line(table)  # 2 number targets: too few
     assert "outside the draft vocab" not in token_classes.worst_line(table)  # silent when nothing lies outside it
+    # a target outside the draft vocab counts there alone: the other classes' rates are of what the draft can propose
+    outside = torch.tensor([True, True, False, True, True, True])  # token 2 (" 3") lies outside the draft vocab
+    capped = token_classes.class_table([view], tok, outside)
+    assert capped.loc[token_classes.OUTSIDE, ["targets", "failed"]].tolist() == [1, 1]
+    assert capped.loc[token_classes.NUMBER, ["targets", "failed"]].tolist() == [1, 1]  # " 5" alone
+    assert capped.loc[token_classes.ALL, ["targets", "failed"]].tolist() == [5, 2]
 
 
 def test_tau_adds_up_by_depth_and_counts_the_rejected_first_proposals():
@@ -174,8 +180,18 @@ def test_targets_outside_the_draft_vocab_are_named_as_a_cap_not_as_where_the_dra
     line = token_classes.worst_line(table)
     # 30/40 word starts against 6/10 numbers: the intervals overlap, so no class is named (issue 50: no ordering
     # where the intervals do not separate), each with its interval
-    assert line.startswith("By class, no kind of token stands out: the 95 % intervals of the failure rates "
-                           "overlap") and "word start 30/40 (" in line
+    assert line.startswith("By class, no kind of token stands out: no two of the 95 % intervals of the failure "
+                           "rates separate") and "word start 30/40 (" in line
+    # the demo's counts (issue 50's review): the worst rate, number 15/18, reaches every other interval, yet word
+    # start's (73–80 %) lies above punctuation's (58–72 %): that difference is stated, not "none stands out"
+    demo = table.copy()
+    for c, (n, f) in {token_classes.WORD_START: (629, 484), token_classes.NUMBER: (18, 15),
+                      token_classes.PUNCTUATION: (170, 111), token_classes.CODE: (69, 44)}.items():
+        demo.loc[c, ["targets", "failed"]] = [n, f]
+    demo["failure rate"] = demo["failed"] / demo["targets"]
+    said = token_classes.worst_line(demo)
+    assert said.startswith("By class, one difference is measured: word start tokens fail more often than "
+                           "punctuation 111/170 (") and "stands out" not in said, said
     apart = table.copy()
     apart.loc[token_classes.WORD_START, ["targets", "failed"]] = [100, 90]  # 83–94 % against number's 71–87 %
     apart.loc[token_classes.NUMBER, ["targets", "failed"]] = [100, 80]
@@ -360,8 +376,29 @@ def test_a_shown_prompt_is_placed_in_its_set_so_one_example_is_not_read_as_the_s
 
     records = [PromptScore(str(i), "held-out", 10, a) for i, a in enumerate((9, 1, 2, 3, 4))]  # τ 1.9, 1.1 ... 1.4
     easy = beside_its_set(records, 0)
-    assert easy.startswith("this prompt's τ 1.900 against the set's mean 1.380 and median 1.300 over 5 prompts")
+    # pooled as 06's headline counts: 1 + 19 accepted / 50 rounds = 1.380 (equal rounds: the mean too)
+    assert easy.startswith("this prompt's τ 1.900 against the set's 1.380 (all rounds pooled, as notebook 06 counts "
+                           "its headline; the median prompt 1.300) over 5 prompts")
+    unequal = [PromptScore("0", "held-out", 10, 9), PromptScore("1", "held-out", 30, 3)]  # τ 1.9 and 1.1
+    assert "against the set's 1.300 (all rounds pooled" in beside_its_set(unequal, 0)  # 12 / 40, not the mean 1.5
     assert "above 4 of them, an easy one" in easy
     assert "above 0 of them, a hard one" in beside_its_set(records, 1)
     assert "near the middle" in beside_its_set(records, 3)
     assert beside_its_set([PromptScore("x", "held-out", 0, 0)], 0) == "this prompt took no round: nothing to compare"
+
+
+def test_the_prompt_shown_first_is_typical_not_a_loop():
+    """07 shows first the held-out prompt nearest its set's median τ whose reply does not loop (issue 50's review:
+    the demo's first prompt was a looping reply, "an easy one"); with no such prompt, the nearest one all the same."""
+    from eagle3kit.evaluate.fates import typical
+    from eagle3kit.evaluate.scores import PromptScore
+
+    loop = "1. The first step is to create a new instance of the class. " * 6
+    prose = ["Paris is the capital of France, known for its museums.", "Water boils at 100 degrees at sea level.",
+             "A haiku has three lines of five, seven and five syllables.", "Rust has no garbage collector at all."]
+    records = [PromptScore(str(i), "x", 10, a) for i, a in enumerate([9, 2, 4, 5, 7])]  # τ 1.9, 1.2, 1.4, 1.5, 1.7
+    assert typical(records, [loop, *prose]) == 3  # the median is 1.5; the looping reply (τ 1.9) is passed over
+    assert typical(records, [prose[0], loop, loop, loop, loop]) == 0  # the one that does not loop
+    assert typical(records, [loop] * 5) == 3  # all loop: the nearest the median
+    # a prompt with no round is never shown first; 1.4 and 1.5 lie as near the median 1.45: the earlier one
+    assert typical([PromptScore("0", "x", 0, 0), *records[1:]], [prose[0], *prose]) == 2

@@ -35,6 +35,20 @@ def test_the_validation_split_is_the_rows_the_session_never_trains_on(tiny_data)
     train, val = split_metrics(s, "train"), split_metrics(s, "val")
     assert train["samples"] == len(s.batches.dataset) and train["samples"] + val["samples"] == s.data.n_samples
     assert val["samples"] >= 1 and val["batches"] >= 1 and 0.0 <= val["full_acc_0"] <= 1.0
+    assert train["split_samples"] == train["samples"] and val["split_samples"] == val["samples"]
+
+
+def test_a_capped_split_counts_the_conversations_its_batches_held(tiny_data):
+    """Notebook 06 reads the training split only as far as the validation split goes: the count it states is what
+    those batches packed, not the split's size."""
+    from eagle3kit.train.validation import first_guess_line
+
+    s = session(tiny_data, total_seq_len=2 * SEQ)
+    whole, first = split_metrics(s, "train"), split_metrics(s, "train", max_batches=1)
+    assert whole["batches"] > 1 and 1 <= first["samples"] < whole["samples"] == first["split_samples"]
+    line = first_guess_line({"training": first, "validation": split_metrics(s, "val")})
+    assert f"on {first['samples']} of the {first['split_samples']} training" in line
+    assert "on the " in line.split("training conversations")[1]  # the validation split, read whole
 
 
 def test_the_sets_table_counts_every_set_a_run_uses(tiny_data):

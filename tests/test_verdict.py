@@ -76,8 +76,11 @@ def test_recommendation_lines_set_what_ran_and_matched_and_say_cuda_was_not_meas
     assert rec == {"cpu training": "eager", "cpu inference": "sdpa"}  # eager trains in 2 s, sdpa in 3 s
     first, *lines = recommendation_lines(rec, "cpu")
     assert first.startswith("skipped: no CUDA") and SET_ATTN.format(impl="simple_flex_attention") in first
-    assert lines == [f"cpu training    -> {SET_ATTN.format(impl='eager')}",
-                     f"cpu inference   -> {SET_ATTN.format(impl='sdpa')}"]
+    assert lines[0] == f"cpu training    -> {SET_ATTN.format(impl='eager')}"
+    assert "the training step over that config: TrainSession's block_sparse_cpu" in lines[1]  # 05 trains with it
+    assert lines[2:] == [f"cpu inference   -> {SET_ATTN.format(impl='sdpa')}"]
+    assert not any("training step over" in line for line in recommendation_lines({"cpu training": "block_sparse_cpu"},
+                                                                                  "cpu"))  # said once, not twice
     assert recommendation_lines({"cuda training": None}, "cuda") == [
         "cuda training   -> no backend ran and matched eager"]
 

@@ -320,3 +320,9 @@ def repetition(text: str, n: int = 4) -> float:
 def loops(turns: Turns) -> bool:
     """Whether the conversation's last reply loops (:func:`repetition` over :data:`LOOP_SHARE`)."""
     return repetition(turns[-1]["content"]) > LOOP_SHARE
+
+
+def first_not_looping(replies: list[str]) -> int:
+    """The index of the first reply that does not loop (:data:`LOOP_SHARE`), 0 when every one does: the example a
+    notebook prints, a typical reply rather than a rut."""
+    return next((i for i, text in enumerate(replies) if repetition(text) <= LOOP_SHARE), 0)

@@ -92,7 +92,7 @@ _MEANING = {
     "layer_types": "full or sliding-window attention per draft layer",
     "sliding_window": "window of sliding-attention layers",
     "eagle_aux_hidden_state_layer_ids": "verifier layers whose inputs are fed to the draft (low, mid, high)",
-    "ttt_steps": "training-time-test (TTT) steps = draft tokens proposed per round",
+    "ttt_steps": "training-time-test (TTT) steps; the draft tokens proposed per round (k) default to it",
     "norm_before_residual": "normalize the hidden part before the residual in layer 0",
     "norm_before_fc": "RMSNorm over concatenated aux states before the fc projection",
     "fc_norm": "per-aux-layer RMSNorm before fc (exclusive with norm_before_fc)",

@@ -139,8 +139,8 @@ def same_counts(views: list[PromptView], records: list) -> int:
 
 
 def beside_its_set(records: list, index: int) -> str:
-    """One shown prompt's τ beside its set's (``records``: the set's per-prompt scores): the mean and median over the
-    scored prompts and how many lie below it, so that one example is not read as the set."""
+    """One shown prompt's τ beside its set's (``records``: the set's per-prompt scores): pooled over all rounds (06's
+    headline count), the median prompt's, and how many lie below it, so that one example is not read as the set."""
     taus = [r.tau for r in records if r.rounds]
     mine = records[index].tau if records[index].rounds else float("nan")
     if not taus or mine != mine:
@@ -148,5 +148,21 @@ def beside_its_set(records: list, index: int) -> str:
     below = sum(t < mine for t in taus)
     where = ("an easy one" if below >= 0.75 * len(taus) else "a hard one" if below <= 0.25 * len(taus)
              else "near the middle")
-    return (f"this prompt's τ {mine:.3f} against the set's mean {sum(taus) / len(taus):.3f} and median "
-            f"{float(np.median(taus)):.3f} over {len(taus)} prompts: above {below} of them, {where}")
+    pooled = 1 + sum(r.accepted for r in records) / sum(r.rounds for r in records)
+    return (f"this prompt's τ {mine:.3f} against the set's {pooled:.3f} (all rounds pooled, as notebook 06 counts its "
+            f"headline; the median prompt {float(np.median(taus)):.3f}) over {len(taus)} prompts: above {below} of "
+            f"them, {where}")
+
+
+def typical(records: list, replies: list[str]) -> int:
+    """The prompt to show first: the one whose τ is nearest the set's median among those whose reply does not loop
+    (:func:`eagle3kit.data.conversations.loops`' measure; a greedy rut is easy to draft and typical of nothing), the
+    earlier on a tie; ``records``: the set's per-prompt scores, ``replies``: the text each was scored on."""
+    from eagle3kit.data.conversations import LOOP_SHARE, repetition
+
+    taus = [r.tau for r in records if r.rounds]
+    if not taus:
+        return 0
+    middle = float(np.median(taus))
+    return min(range(len(records)), key=lambda i: (repetition(replies[i]) > LOOP_SHARE, not records[i].rounds,
+                                                   abs(records[i].tau - middle) if records[i].rounds else 0.0, i))

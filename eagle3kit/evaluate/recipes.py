@@ -198,6 +198,11 @@ def frontier_line(frontier: list[LabRow], on: str = "held-out", beside: list[Lab
     minutes = " / ".join(f"{round(r.minutes, 1):g}" for r in points)
     name = points[-1].name.split("*")[0]  # a point with its data scaled is named NAME*CONVERSATIONS
     line = f"The lab's frontier recipe ({name}) reached τ on {on} {taus} at {minutes} CPU minutes"
+    first, last = points[0].tau[on], points[-1].tau[on]
+    close = sum(a.tau[on].high >= b.tau[on].low for a, b in zip(points, points[1:], strict=False))
+    if close:  # a trend is read across the range, not from one step to the next
+        line += (f" (the intervals of {close} of its {len(points) - 1} neighbouring pairs overlap; the first and the "
+                 f"last {'separate' if first.high < last.low else 'overlap too'})")
     for lever, rows in _levers_on_top(beside or [], on).items():
         line += (f"; with `{lever}` on top, {' / '.join(f'{r.tau[on].mean:.3f}' for r in rows)} at "
                  f"{' / '.join(f'{r.budget:g}' for r in rows)}")
@@ -225,8 +230,12 @@ def strongest_lever(lab: Lab, on: str = "held-out") -> str | None:
                 f"{' and '.join(f'{b:g}' for b in budgets)} CPU minutes (bench/results/recipe.md).")
     else:
         row, check = max(held, key=lambda pair: pair[0].delta[on].mean)
-        line = (f"Of the recipe lab's levers, each against its base recipe, the strongest that held at both "
-                f"{row.budget:g} and {check.budget:g} CPU minutes was {row.lever} ({row.what}): τ on {on} "
+        both = f"at both {row.budget:g} and {check.budget:g} CPU minutes"
+        which = (f"the only one that held {both} was" if len(held) == 1 else
+                 f"of the {len(held)} that held {both}, the largest mean gain (no ordering where intervals "
+                 "overlap) was")
+        line = (f"Of the recipe lab's levers, each against its base recipe, {which} {row.lever} ({row.what}): "
+                f"τ on {on} "
                 f"{row.delta[on].mean:+.3f} [{row.delta[on].low:+.3f}, {row.delta[on].high:+.3f}] and "
                 f"{check.delta[on].mean:+.3f} [{check.delta[on].low:+.3f}, {check.delta[on].high:+.3f}], paired over "
                 "the same prompts (bench/results/recipe.md).")

@@ -92,12 +92,16 @@ def reply_classes(view: PromptView, tokenizer, in_draft_vocab=None) -> list[froz
 
 def class_table(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> pd.DataFrame:
     """Per class (and over every target): targets, accepted, failed, the failure rate and the class's share of all
-    failures; classes overlap, so the shares need not add up to 1."""
+    failures; classes overlap, so the shares need not add up to 1. A target outside the draft vocab counts under
+    that row alone (and over every target): it always fails, so the other classes' rates are of what the draft can
+    propose."""
     counts = {c: [0, 0] for c in (*CLASSES, ALL)}  # class -> [accepted, failed]
     for view in views:
         for fate, found in zip(view.fates, reply_classes(view, tokenizer, in_draft_vocab), strict=True):
             if fate.kind not in (ACCEPTED, CORRECTED):
                 continue
+            if OUTSIDE in found:
+                found = frozenset({OUTSIDE})
             for c in (*found, ALL):
                 counts[c][fate.kind == CORRECTED] += 1
     failures = counts[ALL][1]
@@ -110,7 +114,8 @@ def class_table(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> 
 def worst_line(table: pd.DataFrame) -> str:
     """One sentence from the counts: the class with the highest failure rate among those the draft can propose and
     with at least :data:`MIN_TARGETS` targets, named only when its 95 % interval (:func:`wilson`) lies above every
-    other's (else that none stands out, with each interval), beside the rate over every target; then, when some
+    other's; else the highest-failing class whose interval lies above some other's, with those below it (else that no
+    two separate, with each interval); beside the rate over every target; then, when some
     targets lie outside the draft vocab (always failures, by construction), their share, as the cap it is rather than
     a class to name."""
     total = table.loc[ALL]
@@ -138,15 +143,16 @@ def worst_line(table: pd.DataFrame) -> str:
                 f"({bounds[c][0]:.0%}–{bounds[c][1]:.0%})")
 
     ranked = list(rated.sort_values("failure rate", ascending=False).index)
-    tied = [c for c in ranked if bounds[c][1] >= bounds[name][0]]  # intervals that reach the worst one's
-    below = [c for c in ranked if c not in tied]
-    if not below:  # every interval reaches the worst one's: no ordering to state
-        return (f"By class, no kind of token stands out: the 95 % intervals of the failure rates overlap "
-                f"({', '.join(map(said, tied))}). {overall}.{cap}")
-    others = [c for c in tied if c != name]
-    return (f"By class, one difference is measured: {name} tokens fail more often than "
-            f"{', '.join(map(said, below))} (those intervals lie below {name}'s, {said(name)}); "
-            f"{' and '.join(map(said, others))} cannot be told apart from either side. {overall}.{cap}")
+    # the highest-failing class whose interval lies above some other's: the one difference worth a sentence
+    top = next((c for c in ranked if any(bounds[c][0] > bounds[o][1] for o in ranked)), None)
+    if top is None:  # no two intervals separate: no ordering to state
+        return (f"By class, no kind of token stands out: no two of the 95 % intervals of the failure rates separate "
+                f"({', '.join(map(said, ranked))}). {overall}.{cap}")
+    below = [c for c in ranked if bounds[top][0] > bounds[c][1]]
+    others = [c for c in ranked if c != top and c not in below]
+    rest = (f"; {', '.join(map(said, others))} cannot be told apart from {top} by these counts" if others else "")
+    return (f"By class, one difference is measured: {top} tokens fail more often than "
+            f"{', '.join(map(said, below))} (those intervals lie below {top}'s, {said(top)}){rest}. {overall}.{cap}")
 
 
 def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> str:

@@ -88,7 +88,8 @@ def prompt_html(view: PromptView, tokenizer) -> str:
     prompt = tokenizer.decode(view.prompt_ids)
     tail = ("…" if len(prompt) > PROMPT_TAIL else "") + prompt[-PROMPT_TAIL:]
     return (f'<div class="prompt" data-id="{html.escape(view.id)}" style="{FONT}; margin: 10px 0">'
-            f"<div><b>{html.escape(view.id)}</b> ({html.escape(view.category)}): {html.escape(numbers_line(view))}"
+            f"<div><b>{html.escape(view.id)}</b> (the set's own id; {html.escape(view.category)}): "
+            f"{html.escape(numbers_line(view))}"
             f'</div><div style="color: #777; white-space: pre-wrap">{html.escape(tail)}</div>'
             f'<div style="white-space: pre-wrap; line-height: 1.7">{tokens_html(view, tokenizer)}</div></div>')
 

@@ -133,7 +133,9 @@ class MaskExplorer:
             m = self.mask
             padding = int((m.document_ids == -1).sum())
             docs = len({d for d, _, _ in m.segments() if d >= 0})
-            self.status.value = (f"{docs} documents, {padding} padding tokens, "
+            rounded = (f" ({self.padding.value} asked, up to the next multiple of {BLOCK})"
+                       if padding != self.padding.value else "")
+            self.status.value = (f"{docs} documents, {padding} padding tokens{rounded}, "
                                  f"total_seq_len {m.total_seq_len}, {m.ttt_steps} TTT steps, "
                                  f"window {m.sliding_window or 'off'}; built in {m.build_seconds:.2f}s")
         if not self.error:

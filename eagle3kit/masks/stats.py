@@ -100,3 +100,12 @@ def equivalence(lengths: Sequence[int], total_seq_len: int, ttt_steps: int, slid
         check_equivalence(build_mask(lengths, total_seq_len, ttt_steps)).assign(window="off"),
         check_equivalence(build_mask(lengths, total_seq_len, ttt_steps, sliding_window)).assign(window=sliding_window),
     ], ignore_index=True)
+
+
+def window_pairs(full: EagleMask, windowed: EagleMask) -> pd.DataFrame:
+    """The query-key pairs each TTT step's mask lets attend, without and with the sliding window (thousands
+    separated), and the share the window keeps: notebook 03's sliding-window table."""
+    pairs = pd.DataFrame({"full attention": stats(full)["attended_pairs"],
+                          f"window {windowed.sliding_window}": stats(windowed)["attended_pairs"]})
+    kept = (pairs.iloc[:, 1] / pairs.iloc[:, 0]).map("{:.0%}".format)
+    return pairs.map("{:,}".format).assign(**{"the window keeps": kept}).rename_axis("TTT step")

@@ -45,19 +45,17 @@ def seen(mask: EagleMask, query: int, step: int) -> dict[int, list[int]]:
 
 
 def sees(mask: EagleMask, query: int = TINY_QUERY, step: int = TINY_STEP) -> str:
-    """One sentence: what ``query`` attends to at TTT ``step``, read off the mask."""
+    """What ``query`` attends to at TTT ``step``, read off the mask: a head line, then one bullet a block of keys."""
     doc = int(mask.document_ids[query])
     by_block = seen(mask, query, step)
     first = ", ".join(map(str, by_block[0]))
-    parts = [f"tokens {first} of block 0 (itself and the earlier tokens of its own document {doc}: causal, and "
-             "nothing of the other document)"]
+    lines = [f"Query {query} at step {step} sees:",
+             f"- block 0: tokens {first} (itself and the earlier tokens of its own document {doc}: causal; nothing "
+             "of the other document)"]
     for block, keys in list(by_block.items())[1:]:
-        parts.append(f"position {', '.join(map(str, keys))} of block {block} (the key of TTT step {block}, made from "
-                     f"the hidden state step {block - 1} produced there and fed back: the diagonal)")
-    return (f"Query {query} at step {step} sees " + "; ".join(parts) + ". The tokens every step reads are the "
-            "verifier's (teacher forcing); what the draft feeds back is its own output hidden state. A TTT block "
-            "holds only the diagonal because the state fed back at position q only ever continues q's "
-            "own chain: the draft at another position computed it for another place in the text.")
+        lines.append(f"- block {block}: position {', '.join(map(str, keys))} only (the key of TTT step {block}, made "
+                     f"from the hidden state step {block - 1} produced there and fed back: the diagonal)")
+    return "\n".join(lines)
 
 
 def plot_tiny(mask: EagleMask, query: int = TINY_QUERY, step: int = TINY_STEP) -> Figure:

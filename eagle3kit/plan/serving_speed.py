@@ -149,9 +149,12 @@ class SpeedPlan:
         s = "serving (vLLM)"
         rows = [
             (s, "GPUs the verifier is served on (split tensor parallel)", f"{self.tp} x {self.gpu}", "assumed"),
-            (s, f"verifier step, 1 token a sequence (batch {self.batch})", f"{self.plain_s * 1e3:.2f} ms", "derived"),
-            (s, f"verifier step, {self.verify_tokens} tokens a sequence", f"{self.verify_s * 1e3:.2f} ms", "derived"),
-            (s, "draft step", f"{self.draft_s * 1e3:.2f} ms", "derived"),
+            (s, f"verifier step, 1 token a sequence (batch {self.batch}; engine overhead included)",
+             f"{self.plain_s * 1e3:.2f} ms", "derived"),
+            (s, f"verifier step, {self.verify_tokens} tokens a sequence (engine overhead included)",
+             f"{self.verify_s * 1e3:.2f} ms", "derived"),
+            (s, "draft step (its weights and cache read, plus the engine overhead per draft step below)",
+             f"{self.draft_s * 1e3:.2f} ms", "derived"),
             (s, "engine overhead per verifier step / draft step / round",
              f"{self.overheads.verifier_s * 1e3:.2f} / {self.overheads.draft_s * 1e3:.2f} / "
              f"{self.overheads.round_s * 1e3:.2f} ms", "derived"),

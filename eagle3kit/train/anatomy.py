@@ -91,3 +91,19 @@ def ttt_loop(forward: object | None = None) -> str:
     path = Path(inspect.getsourcefile(forward)).relative_to(Path(top.__file__).parent.parent)
     where = f"{path}, lines {first + loop.lineno - 1}-{first + loop.end_lineno - 1}"
     return f"# {forward.__module__}.{forward.__qualname__} ({where})\n{ast.unparse(loop)}"
+
+
+def step_loop() -> str:
+    """The optimizer step around the forward, as :class:`~eagle3kit.train.session.TrainSession` runs it
+    (:func:`eagle3kit.train.loop.train_step`: zero_grad, forward and backward per rank's batch, clipping at 1.0, the
+    optimizers' and schedulers' step; speculators' ``Trainer`` does the same): its own source, docstring removed."""
+    from eagle3kit.train.loop import train_step
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(train_step)))
+    fn = tree.body[0]
+    if fn.body and isinstance(fn.body[0], ast.Expr) and isinstance(getattr(fn.body[0], "value", None), ast.Constant):
+        fn.body = fn.body[1:]  # the docstring
+    for arg in fn.args.args:  # the signature on one short line: the types are in the source
+        arg.annotation = None
+    fn.returns = None
+    return f"# {train_step.__module__}.train_step\n{ast.unparse(tree)}"

@@ -311,15 +311,19 @@ def eagle3kit_config_json(build: DraftBuild, data_dir: str | os.PathLike, dtype:
 def compare_configs(ours: dict, theirs: dict) -> pd.DataFrame:
     """Field by field (nested keys dotted): eagle3kit's value, speculators' value, equal or not."""
     a, b = _flat_json(ours), _flat_json(theirs)
-    rows = [{"field": k, "eagle3kit": a.get(k, "<absent>"), "speculators dry run": b.get(k, "<absent>"),
+    rows = [{"field": k, "eagle3kit": a.get(k, "<absent>"), "speculators": b.get(k, "<absent>"),
              "equal": a.get(k, "<absent>") == b.get(k, "<absent>")} for k in sorted(set(a) | set(b))]
     return pd.DataFrame(rows)
 
 
-def round_trip(build: DraftBuild, plan: LaunchPlan, out_dir: str | os.PathLike, model=None) -> pd.DataFrame:
-    """Dry-run the plan with speculators and compare its ``config.json`` with eagle3kit's draft for the same run
-    (``model``: eagle3kit's draft if already built, e.g. ``TrainSession.model``)."""
-    saved = dry_run(plan, out_dir)
+def round_trip(build: DraftBuild, plan: LaunchPlan, out_dir: str | os.PathLike, model=None,
+               saved: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Compare the ``config.json`` speculators built from the plan with eagle3kit's draft for the same run
+    (``model``: eagle3kit's draft if already built, e.g. ``TrainSession.model``): ``saved``, a checkpoint its trainer
+    wrote from the plan's YAML (a rehearsal's; its checkpointer saves bf16 whatever the run's dtype, so eagle3kit's
+    side is saved so too), else a dry run of the plan into ``out_dir`` (saved in the YAML's hidden-states dtype)."""
+    dtype = "bfloat16" if saved is not None else plan.config.data.hidden_states_dtype
+    saved = Path(saved) if saved is not None else dry_run(plan, out_dir)
     theirs = json.loads((saved / "config.json").read_text())
-    ours = eagle3kit_config_json(build, plan.local_data_path, plan.config.data.hidden_states_dtype, model)
+    ours = eagle3kit_config_json(build, plan.local_data_path, dtype, model)
     return compare_configs(ours, theirs)

@@ -16,6 +16,7 @@ from eagle3kit.evaluate.defaults import MAX_PROMPT_TOKENS
 from eagle3kit.errors import UserError
 
 if TYPE_CHECKING:
+    import pandas as pd
     import torch
 
 EVERY = 10  # the default frequency: a measurement every this many steps (bench/live_tau.py measures its cost)
@@ -79,7 +80,8 @@ class LiveTau:
         from eagle3kit.evaluate.conventions import TAU_LABEL
 
         return (f"{TAU_LABEL}, simulated on the first {len(self.prompts)} prompts of the held-out set "
-                f"({sum(map(len, self.conts))} reply tokens), every {self.every} steps")
+                f"(the verifier's greedy replies, {sum(map(len, self.conts))} tokens in all), every {self.every} "
+                "steps")
 
 
 def tau_points(history: list[dict]) -> tuple[list[int], list[float]]:
@@ -100,3 +102,15 @@ def trajectory(history: list[dict]) -> str | None:
             f"and {max(taus):.3f} over {len(taus)} measurements); measured on {prompts or 'a few'} prompts kept out of "
             "training, a rough guide while training (on so few prompts one measurement moves by a few tokens' luck): "
             "notebook 06 measures τ on all of its held-out set")
+
+
+def milestones(history: list[dict], ttt_steps: int) -> pd.DataFrame:
+    """The run at a glance: its first step, each step that measured live τ, and its last, with the loss and each TTT
+    step's accuracy (``full_acc_k``: the share of positions whose first k + 1 draft tokens were all right) and τ."""
+    import pandas as pd  # noqa: F811 (at run time; the module stays light to import)
+
+    picked = {r["step"]: r for r in history if r is history[0] or r is history[-1] or r.get(TAU) is not None}
+    columns = ["loss"] + [f"full_acc_{k}" for k in range(ttt_steps)]
+    rows = [{"step": step, **{c: round(r[c], 3) for c in columns if c in r},
+             "live τ": round(r[TAU], 3) if r.get(TAU) is not None else None} for step, r in picked.items()]
+    return pd.DataFrame(rows).set_index("step")

@@ -223,6 +223,9 @@ def recommendation_lines(recommended: dict[str, str | None], device: str,
         lines.append(f"{what:15s} -> {setting_line(impl)}")
         if matrix is not None:
             lines.append(f"{'':15s}    why: {race(matrix, what.endswith('training'), kind).sentence()}")
+        if kind == "cpu" and what.endswith("training") and impl not in (None, BLOCK_SPARSE):
+            lines.append(f"{'':15s}    the training step over that config: TrainSession's {BLOCK_SPARSE} (its default "
+                         "on a CPU: the same loss and gradients, only the blocks the mask keeps; notebook 05)")
     return lines
 
 
