@@ -108,7 +108,9 @@ def verdict(s06: dict) -> str:
                 "Verdict:" + close)
     slower, faster = [w for w, r in known.items() if r < 1], [w for w, r in known.items() if r >= 1]
     pays = f"it pays above τ {_tau(s06.get('break_even_there'))} on the planned GPU run"
-    if not faster:
+    if not faster and close:  # slower where measured, the GPU side unsettled: no advice for the GPU run
+        said = f"Verdict: this draft slows decoding {' and '.join(slower)}, so do not serve it on this CPU."
+    elif not faster:
         said = f"Verdict: this draft slows decoding {' and '.join(slower)}; do not serve it yet ({pays})."
     elif not slower:
         said = f"Verdict: this draft speeds decoding {' and '.join(faster)}; serve it."
@@ -123,8 +125,8 @@ def _too_close(s06: dict) -> str:
     interval, bar, there = s06.get("tau_vllm_interval"), s06.get("break_even_there"), s06.get("speedup_predicted_there")
     reasons = []
     if interval and bar is not None and interval[0] <= bar <= interval[1]:
-        reasons.append(f"its break-even τ {bar:.2f} lies inside this τ's 95 % interval [{interval[0]:.2f}, "
-                       f"{interval[1]:.2f}] over {s06.get('vllm_prompts')} prompts")
+        reasons.append(f"its break-even τ {bar:.3f} lies inside this τ's 95 % interval [{interval[0]:.3f}, "
+                       f"{interval[1]:.3f}] over {s06.get('vllm_prompts')} prompts")
     if there is not None and abs(there - 1) <= SINGLE_GPU_ERROR:
         reasons.append(f"the predicted {there:.2f}x lies within the speed model's {SINGLE_GPU_ERROR:.0%} of 1x (its "
                        "error against published single-GPU speedups, bench/speedup.py)")

@@ -30,7 +30,7 @@ OUTSIDE = "outside the draft vocab"
 CLASSES = (WORD_START, NUMBER, PUNCTUATION, CODE, OUTSIDE)
 ALL = "every target"
 FENCE = "```"
-MIN_TARGETS = 5  # a class named as where the draft fails most has at least this many targets
+MIN_TARGETS = 20  # a class is compared with the others only with this many targets (fewer: its interval says little)
 Z95 = 1.96  # a two-sided 95 % normal quantile, for the failure rates' intervals
 
 
