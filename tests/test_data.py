@@ -346,6 +346,21 @@ def test_killed_run_resumes_to_identical_bytes(tmp_path, tiny_verifier):
     assert (out / "token_freq.pt").read_bytes() == (reference / "token_freq.pt").read_bytes()
 
 
+def test_a_killed_writers_temporary_files_are_removed_and_finished_files_kept(tmp_path):
+    """A SIGKILL can land inside eagle3kit's atomic write (``.hs_N.safetensors.tmp-*``) or inside safetensors' own
+    writer, which writes ``.tmpXXXXXX`` in the target's folder first (the kill test above once left one behind)."""
+    import torch
+
+    from eagle3kit.data.hidden_states import remove_partial, write_file
+
+    hs_dir = tmp_path / "hidden_states"
+    write_file(hs_dir / "hs_0.safetensors", torch.zeros(3, 2, 4), torch.arange(3))
+    for stale in (".tmpUDpzJW", ".hs_1.safetensors.tmp-abc123"):
+        (hs_dir / stale).write_bytes(b"")
+    assert remove_partial(hs_dir) == 2 and sorted(p.name for p in hs_dir.iterdir()) == ["hs_0.safetensors"]
+    assert remove_partial(hs_dir) == 0 and remove_partial(tmp_path / "absent") == 0
+
+
 def test_cli_data(tmp_path, tiny_verifier, capsys):
     src = _jsonl(tmp_path / "c.jsonl", _convs(4))
     rc = main(["data", "--verifier", "tiny", "--out", str(tmp_path / "d"), "--source", str(src),

@@ -97,9 +97,12 @@ def sample_file_bytes(tokens: int, hidden: int, n_states: int, width: int) -> in
     return payload + safetensors_header_bytes(tokens, hidden, n_states, width)
 
 
+PARTIAL = (".hs_*.tmp-*", ".tmp*")  # eagle3kit's atomic sibling, and the one safetensors' own writer makes in the dir
+
+
 def remove_partial(hs_dir: Path) -> int:
-    """Delete temporary files a killed run left behind; return how many."""
-    stale = list(hs_dir.glob(".hs_*.tmp-*")) if hs_dir.exists() else []
+    """Delete temporary files a killed run left behind (:data:`PARTIAL`); return how many."""
+    stale = [p for pattern in PARTIAL for p in hs_dir.glob(pattern)] if hs_dir.exists() else []
     for p in stale:
         p.unlink(missing_ok=True)
     return len(stale)
