@@ -60,6 +60,7 @@ import torch
 from IPython.display import display
 
 from eagle3kit.data import conversations as conv
+from eagle3kit.data.loops import LOOP_SHARE, loops
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.loader import held_out_conversations, held_out_coverage, make_loader
 from eagle3kit.data.directory import DataDir, DataError
@@ -108,10 +109,10 @@ if regenerate_tokens:
     source = regen.path
     display(pd.Series(vars(regen)).to_frame("value"))
     replies = conv.read_jsonl(source)
-    looping = [conv.loops(r) for r in replies]
+    looping = [loops(r) for r in replies]
     print(f"each sample: the first user turn cut to {regenerate_prompt_tokens} tokens + the verifier's reply of at most "
           f"{regenerate_tokens} (seq_length {seq_length} only caps a sample; these stay short)")
-    print(f"{sum(looping)} of {len(replies)} replies loop (more than {conv.LOOP_SHARE:.0%} of their 4-word runs "
+    print(f"{sum(looping)} of {len(replies)} replies loop (more than {LOOP_SHARE:.0%} of their 4-word runs "
           "repeat an earlier one)")
     for what, loop in (("the first reply that does not loop", False), ("the first that loops", True)):
         if loop in looping:

@@ -65,7 +65,7 @@ import torch
 from IPython.display import Markdown
 
 from eagle3kit.course import conclusion, details_markdown, minutes_caveat
-from eagle3kit.data.conversations import first_not_looping
+from eagle3kit.data.loops import first_not_looping
 from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.vocab import build_for_data
 from eagle3kit.evaluate import acceptance as ev

@@ -27,6 +27,7 @@ from speculators.train.dataloader import create_train_val_loaders
 from eagle3kit.assets import AssetMissingError
 from eagle3kit.cli import main
 from eagle3kit.data import conversations as conv
+from eagle3kit.data import loops as loops_
 from eagle3kit.data.dataset import build_dataset
 from eagle3kit.data.health import bad_files, remake_command, require_healthy
 from eagle3kit.errors import UserError
@@ -530,12 +531,12 @@ def test_a_reply_that_loops_is_told_from_one_that_does_not():
                     for i, n in enumerate(("first", "second", "third", "fourth", "fifth"), 1))
     url = "https://example.com/the-best-detail-of-the-best-detail-of-the-best-detail-of-the-best-detail"
     plain = "Yes: the method takes the request, checks its scopes and returns a token the client caches."
-    assert conv.repetition(plain) == 0.0 and conv.repetition("too short") == 0.0
-    assert conv.repetition(loop) > conv.LOOP_SHARE and conv.repetition(url) > conv.LOOP_SHARE
-    assert [conv.loops([{"role": "user", "content": "q"}, {"role": "assistant", "content": t}])
+    assert loops_.repetition(plain) == 0.0 and loops_.repetition("too short") == 0.0
+    assert loops_.repetition(loop) > loops_.LOOP_SHARE and loops_.repetition(url) > loops_.LOOP_SHARE
+    assert [loops_.loops([{"role": "user", "content": "q"}, {"role": "assistant", "content": t}])
             for t in (plain, loop)] == [False, True]
     # notebook 06 prints the first held-out reply that does not loop; the first of all when every one does
-    assert conv.first_not_looping([loop, url, plain, loop]) == 2 and conv.first_not_looping([loop, url]) == 0
+    assert loops_.first_not_looping([loop, url, plain, loop]) == 2 and loops_.first_not_looping([loop, url]) == 0
 
 
 def test_the_example_notebook_04_shows_is_a_reply_that_does_not_loop(tiny_verifier):

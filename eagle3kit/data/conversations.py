@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import random
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -27,6 +26,7 @@ from speculators.data_generation.preprocessing import _normalize_conversation
 from eagle3kit.assets import asset_file
 from eagle3kit.atomic import write_text
 from eagle3kit.errors import UserError
+from eagle3kit.data.loops import loops
 
 SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
 
@@ -305,24 +305,3 @@ def first_supervised(tokenizer, conversations: list[Turns], seq_length: int) -> 
             return turns, sample
     raise ConversationError(f"None of the {len(conversations)} conversations has a reply within {seq_length} tokens.")
 
-
-LOOP_SHARE = 0.4  # a reply whose word 4-grams repeat an earlier one more often than this loops (greedy decoding's rut)
-
-
-def repetition(text: str, n: int = 4) -> float:
-    """The share of the text's word ``n``-grams (words: runs of letters and digits) that repeat an earlier one: 0
-    for none, near 1 for a reply that loops on one sentence (a small verifier decoding greedily often does)."""
-    words = re.findall(r"\w+", text.lower())
-    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
-    return 1 - len(set(grams)) / len(grams) if grams else 0.0
-
-
-def loops(turns: Turns) -> bool:
-    """Whether the conversation's last reply loops (:func:`repetition` over :data:`LOOP_SHARE`)."""
-    return repetition(turns[-1]["content"]) > LOOP_SHARE
-
-
-def first_not_looping(replies: list[str]) -> int:
-    """The index of the first reply that does not loop (:data:`LOOP_SHARE`), 0 when every one does: the example a
-    notebook prints, a typical reply rather than a rut."""
-    return next((i for i, text in enumerate(replies) if repetition(text) <= LOOP_SHARE), 0)

@@ -156,9 +156,9 @@ def beside_its_set(records: list, index: int) -> str:
 
 def typical(records: list, replies: list[str]) -> int:
     """The prompt to show first: the one whose τ is nearest the set's median among those whose reply does not loop
-    (:func:`eagle3kit.data.conversations.loops`' measure; a greedy rut is easy to draft and typical of nothing), the
+    (:func:`eagle3kit.data.loops.loops`' measure; a greedy rut is easy to draft and typical of nothing), the
     earlier on a tie; ``records``: the set's per-prompt scores, ``replies``: the text each was scored on."""
-    from eagle3kit.data.conversations import LOOP_SHARE, repetition
+    from eagle3kit.data.loops import LOOP_SHARE, repetition
 
     taus = [r.tau for r in records if r.rounds]
     if not taus:

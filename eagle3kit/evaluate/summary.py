@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -94,9 +93,10 @@ def vllm_interval(vllm: VllmCheck) -> tuple[float, float]:
 def mean_over_prompts(vllm: VllmCheck) -> tuple[float, float, float]:
     """τ as the mean over prompts of each prompt's τ (from vLLM's per-request histograms), with its 95 % bootstrap
     interval: how the recipe lab and the per-category table count a named set."""
-    taus = np.array([1 + sum(j * n for j, n in enumerate(h)) / sum(h) for h in vllm.histograms if sum(h)])
-    low, high = scores.interval(taus)
-    return float(taus.mean()) if len(taus) else float("nan"), low, high
+    records = [scores.PromptScore(str(i), "", sum(h), sum(j * n for j, n in enumerate(h)))
+               for i, h in enumerate(vllm.histograms)]
+    row = scores.summarise(records).iloc[-1]  # one category: the set's own row, counted as the table counts it
+    return float(row["tau"]), float(row["low"]), float(row["high"])
 
 
 def vllm_headline(vllm: VllmCheck, simulated: float, groups: dict[str, VllmCheck] | None = None) -> str:
