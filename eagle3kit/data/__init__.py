@@ -1,6 +1,7 @@
 """Stage 04 — training data from the verifier in speculators' on-disk format (notebook 04).
 
 ``conversations``  ShareGPT / JSONL conversations, chat template and assistant loss mask
+``loops``          a reply that loops on one sentence (greedy decoding's rut), told by its repeated word 4-grams
 ``layouts``        document lengths for notebook 03's masks: ShareGPT conversations through the chat template, packed
 ``generate``       batched greedy decoding: many replies per forward, rows stopping on their own
 ``regenerate``     self-distillation: the verifier writes the replies

@@ -4,10 +4,6 @@ of its word 4-grams repeat; notebooks show a typical reply first, not a loop."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from eagle3kit.data.conversations import Turns
 
 LOOP_SHARE = 0.4  # a reply whose word 4-grams repeat an earlier one more often than this loops (greedy decoding's rut)
 
@@ -20,7 +16,7 @@ def repetition(text: str, n: int = 4) -> float:
     return 1 - len(set(grams)) / len(grams) if grams else 0.0
 
 
-def loops(turns: Turns) -> bool:
+def loops(turns: list[dict]) -> bool:
     """Whether the conversation's last reply loops (:func:`repetition` over :data:`LOOP_SHARE`)."""
     return repetition(turns[-1]["content"]) > LOOP_SHARE
 
