@@ -168,22 +168,20 @@ def handoff(workdir: str | os.PathLike, s06: dict, n_gpus: int = 8) -> list[tupl
     data, doctor, YAML, a rehearsal, speculators' trainer under torchrun, the doctor on its checkpoint, serving.
     Notebook 05 ran the same launch and rehearsal on this run's SmolLM2 data (its YAML: ``launch_05/run.yaml``)."""
     verifier, gpu = s06.get("plan_verifier", "llama-3.1-8b"), s06.get("plan_gpu", "H100-80GB")
-    rehearsed = (f" (notebook 05 rehearsed its own `{LAUNCH_05}/run.yaml` the same way)"
+    rehearsed = (f" (notebook 05 rehearsed its `{LAUNCH_05}/run.yaml`)"
                  if (Path(workdir) / LAUNCH_05 / "run.yaml").exists() else "")
     best = "$RUN/checkpoints/checkpoint_best"
     return [(f"eagle3kit plan --verifier $VERIFIER --gpu {gpu} --gpus {n_gpus}",
-             f"disk, GPU memory per rank and hours before anything runs (this run planned `{verifier}`)"),
+             f"disk, GPU memory and hours, before anything runs (this run planned `{verifier}`)"),
             ("the `eagle3kit data ...` line `plan` printed, with `--source chats.jsonl --out $DATA`",
-             "the verifier's hidden states for your conversations (bf16 on a GPU), at the plan's `--seq-length` and "
-             "`--draft-vocab-size`"),
-            ("eagle3kit doctor --data $DATA", "the data checked before a GPU-hour is spent on it"),
+             "the verifier's hidden states of your conversations, at the plan's lengths"),
+            ("eagle3kit doctor --data $DATA", "the data checked before a GPU-hour is spent"),
             (f"eagle3kit launch --data $DATA --out $RUN --gpus {n_gpus} --fsdp --gpu {gpu}",
-             "speculators' TrainConfig YAML, checked to fit, and the torchrun line (`--fsdp`: shard with FSDP2, "
-             "which that line asks of speculators as `--fsdp-shard`)"),
+             "speculators' TrainConfig YAML, checked to fit, and the torchrun line (`--fsdp`: FSDP2 sharding)"),
             ("eagle3kit rehearse --config $RUN/run.yaml --out $RUN/rehearsal --ranks 2 --fsdp --steps 2 --compare",
-             f"a few steps of speculators' own trainer first, beside eagle3kit's session{rehearsed}"),
+             f"a few steps of speculators' trainer on CPU ranks, beside eagle3kit's{rehearsed}"),
             (torchrun_command(RUN_YAML, n_gpus, fsdp=True).replace(RUN_YAML, "$RUN/run.yaml"),
-             "the real run, on the GPUs: the line `launch` printed"),
+             "the real run: the line `launch` printed"),
             (f"eagle3kit doctor --draft {best} --data $DATA --why-tau", "why its τ is what it is"),
             (f"vllm serve {best}", "serve it")]
 
@@ -195,28 +193,57 @@ def handoff_table(rows: list[tuple[str, str]]) -> str:
                                for i, (c, what) in enumerate(rows, 1)])
 
 
-def five_lines(s06: dict, lab: Lab) -> list[str]:
-    """The verdict in five lines: τ (one headline, MT-bench beside it), what it buys, whether to serve it, why, and
-    what to do next; every number is one of :func:`details`' with what measured it."""
-    k, engine = s06.get("k"), "vLLM's counters" if s06.get("tau_vllm") is not None else "simulated"
-    prompts = s06.get("vllm_prompts") if s06.get("tau_vllm") is not None else s06.get("held_out_prompts")
-    bench = s06.get("mt-bench_vllm") or s06.get("mt-bench_sim")
-    interval = s06.get("tau_vllm_interval") if s06.get("tau_vllm") is not None else None
+def verdict_line(s06: dict) -> str:
+    """The verdict in one sentence, for the conclusion's head: serve or not here (measured), and on the planned GPU
+    (predicted, or too close to call); :func:`verdict` says it in full, with its reasons."""
+    speed, there, bar = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there"), s06.get("break_even_there")
+    parts = []
+    if speed:
+        ratio = speed["draft"] / speed["plain"]
+        parts.append(f"{'serve' if ratio >= 1 else 'do not serve'} it on this CPU ({ratio:.2f}x, measured in vLLM)")
+    if there is not None:
+        gpu = f"on one {s06.get('plan_gpu')} ({s06.get('plan_verifier')}, batch {s06.get('serve_batch')})"
+        said = (f"too close to call ({there:.2f}x predicted; it pays above τ {_tau(bar)}, within this run's noise)"
+                if _too_close(s06) else f"it would {'pay' if there >= 1 else 'not pay'} ({there:.2f}x predicted; it "
+                f"pays above τ {_tau(bar)})")
+        parts.append(f"{gpu} {said}")
+    text = "; ".join(parts) or "no speed was measured or predicted in this run"
+    return f"**Verdict: {text[0].upper()}{text[1:]}.**"
+
+
+def numbers_table(s06: dict) -> str:
+    """The verdict's numbers as a short Markdown table: τ (one headline, MT-bench beside it, untrained) and what it
+    buys, each with what measured it; :func:`details` says each in full."""
+    k, served = s06.get("k"), s06.get("tau_vllm") is not None
+    interval = s06.get("tau_vllm_interval") if served else None
     said = _tau(_headline_tau(s06)) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
-    tau = (f"**τ {said}** on {prompts} held-out prompts ({engine}, all rounds pooled; k = {k}, so at most {k + 1})"
-           + (f"; on MT-bench's {s06.get('mt-bench_prompts')} first turns {bench_tau(bench, with_pooled=False)} (the "
-              "mean over its prompts, as the recipe lab counts)" if bench else "")
-           + f"; untrained {_tau(s06.get('tau_untrained'))}.")
-    speed, there = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there")
-    alone = s06.get("tokens_per_s_vllm_alone")
-    buys_line = "**Buys** " + "; ".join(filter(None, [
-        f"{alone['draft'] / alone['plain']:.2f}x here one prompt at a time ({s06.get('vllm_alone_prompts')} prompts, "
-        "a first look)" if alone else "",
-        f"{speed['draft'] / speed['plain']:.2f}x here with {s06.get('vllm_batch')} sequences together (vLLM CPU build"
-        f"{'; compute-bound: checking k + 1 tokens costs about k + 1 times one' if alone else ''})" if speed else "",
-        f"{there:.2f}x predicted for a {s06.get('plan_verifier')} draft that accepts as this one does, on one "
-        f"{s06.get('plan_gpu')} at batch {s06.get('serve_batch')} (it pays there above τ "
-        f"{_tau(s06.get('break_even_there'))})" if there is not None else ""])) + "."
+    held = s06.get("vllm_prompts") if served else s06.get("held_out_prompts")
+    rows = [("τ on held-out prompts (the headline)", f"**{said}**",
+             f"{'vLLM' if served else 'simulated'}, {held} prompts, k = {k} (at most {k + 1 if k else '?'})")]
+    bench = s06.get("mt-bench_vllm") or s06.get("mt-bench_sim")
+    if bench:
+        rows.append(("τ on MT-bench's first turns", bench_tau(bench, with_pooled=False),
+                     f"{'vLLM' if s06.get('mt-bench_vllm') else 'simulated'}, {s06.get('mt-bench_prompts')} prompts, "
+                     "mean over prompts"))
+    rows.append(("τ of the same draft untrained", _tau(s06.get("tau_untrained")), "simulated"))
+    speed, alone = s06.get("tokens_per_s_vllm"), s06.get("tokens_per_s_vllm_alone")
+    if speed:
+        rows.append((f"speed here, {s06.get('vllm_batch')} sequences together",
+                     f"{speed['draft'] / speed['plain']:.2f}x",
+                     "vLLM CPU build, tokens/s with the draft ÷ without"))
+    if alone:
+        rows.append(("speed here, one prompt at a time", f"{alone['draft'] / alone['plain']:.2f}x",
+                     f"the same, {s06.get('vllm_alone_prompts')} prompts (a first look)"))
+    there = s06.get("speedup_predicted_there")
+    if there is not None:
+        rows.append((f"speed on one {s06.get('plan_gpu')}, {s06.get('plan_verifier')}, batch {s06.get('serve_batch')}",
+                     f"{there:.2f}x (pays above τ {_tau(s06.get('break_even_there'))})",
+                     f"predicted by eagle3kit's speed model (±{SINGLE_GPU_ERROR:.0%}) at this acceptance"))
+    return "\n".join(["| | this run | measured by |", "|---|---|---|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)])
+
+
+def why_line(s06: dict) -> str:
+    """Why τ is what it is, in one line: the first draft token's acceptance, the vocab cap, memorising."""
     acc, outside = s06.get("acceptance_there") or [], s06.get("outside_vocab_share")
     trained_acc, val_acc = s06.get("train_full_acc_0"), s06.get("val_full_acc_0")
     causes = [f"its first draft token is accepted in {acc[0]:.0%} of rounds" if acc else "",
@@ -224,45 +251,47 @@ def five_lines(s06: dict, lab: Lab) -> list[str]:
               if outside else "",
               f"it memorised (first guess right {trained_acc:.2f} on training, {val_acc:.2f} on validation)"
               if trained_acc is not None and val_acc is not None and trained_acc - val_acc >= MEMORISED_GAP else ""]
-    why_line = "**Why** " + "; ".join(filter(None, causes)) + " (notebook 07 looks closer)."
-    return [tau, buys_line, "**So** " + verdict(s06).removeprefix("Verdict: "), why_line,
-            "**Next** " + (reaches(lab, s06.get("break_even_there")) or "see what more minutes buy, in the appendix.")]
+    return "**Why:** " + "; ".join(filter(None, causes)) + " (notebook 07 looks closer)."
+
+
+def next_line(s06: dict, lab: Lab) -> str:
+    """What to do next, in one line: where the recipe lab's minutes first reached the planned GPU's break-even."""
+    return "**Next:** " + (reaches(lab, s06.get("break_even_there")) or "see what more minutes buy, in the appendix.")
 
 
 def details(s06: dict) -> list[str]:
-    """Every number of :func:`five_lines`, in full, with what measured it (and the decode loop's correctness check,
-    apart)."""
+    """Every number of the conclusion's head (:func:`numbers_table`), in full, with what measured it (and the
+    decode loop's correctness check, apart)."""
     return ["**τ.** " + " ".join(headline(s06)), "**What it buys.** " + " ".join(buys(s06)),
             "**Why.** " + why(s06)]
 
 
 def details_markdown(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
-    """Notebook 06's appendix, as Markdown: every number of the conclusion's five lines in full (:func:`details`),
+    """Notebook 06's appendix, as Markdown: every number of the conclusion's head in full (:func:`details`),
     then what more minutes buy: the recipe lab's points, each with the options that run it here."""
     s04, s06 = (read_summary(workdir, nn) or {} for nn in ("04", "06"))
     lab = lab or read_lab()
+    table = frontier_table(lab, s06.get("minutes_to_make"), _headline_tau(s06), conversations_here=s04.get("samples"),
+                           steps=s06.get("train_steps_total"), bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau"))
+    lab_part = "\n\n".join(filter(None, [strongest_lever(lab), frontier_line(lab.frontier, beside=lab.beside), table,
+                                          " ".join(filter(None, [prompt_sets(lab, s06.get("held_out_prompts")),
+                                                                 minutes_caveat(lab)]))]))
     return "\n\n".join([*details(s06), "### What more minutes buy",
                          "The recipe lab's frontier recipe at each budget, and the levers run on top of it, measured "
-                         "on this verifier at CPU scale (a GPU run lands elsewhere); the last column runs the point "
-                         "in these notebooks.",
-                         *filter(None, [strongest_lever(lab), frontier_line(lab.frontier, beside=lab.beside)]),
-                         "<details><summary>the lab's points and this run, each with the options that run it here "
-                         "(click to open)</summary>\n\n"
-                         + frontier_table(lab, s06.get("minutes_to_make"), _headline_tau(s06),
-                                          conversations_here=s04.get("samples"), steps=s06.get("train_steps_total"),
-                                          bench_tau=(s06.get("mt-bench_vllm") or {}).get("tau")) + "\n\n</details>",
-                         " ".join(filter(None, [prompt_sets(lab, s06.get("held_out_prompts")),
-                                                minutes_caveat(lab)]))])
+                         "on this verifier at CPU scale (a GPU run lands elsewhere).",
+                         "<details><summary>which levers held, and every point with the options that run it here "
+                         f"(click to open)</summary>\n\n{lab_part}\n\n</details>"])
 
 
 def conclusion(workdir: str | os.PathLike, lab: Lab | None = None) -> str:
-    """Notebook 06's closing section as Markdown, from the run's summaries and the recipe lab: five lines, what to
-    change, the GPU hand-off (every number in full, and what more minutes buy: :func:`details_markdown`)."""
+    """Notebook 06's closing section as Markdown, from the run's summaries and the recipe lab: the verdict in one
+    line, its numbers in a short table, why and what next, what to change, the GPU hand-off (every number in full,
+    and what more minutes buy: :func:`details_markdown`)."""
     s04, s06 = (read_summary(workdir, nn) or {} for nn in ("04", "06"))
     lab = lab or read_lab()
-    parts = ["## Conclusion", "\n".join(f"{i}. {line}" for i, line in enumerate(five_lines(s06, lab), 1)),
+    parts = ["## Conclusion", verdict_line(s06), numbers_table(s06), why_line(s06), next_line(s06, lab),
              "### What to change", "\n".join(f"- {line}" for line in to_change(lab, s06, s04)),
              "### On GPUs: your verifier, your conversations", handoff_table(handoff(workdir, s06)),
-             "Every number of the five lines in full, and what more minutes buy (the recipe lab's points, each with "
-             "the options that run it here): the appendix."]
+             "Every number above in full, and what more minutes buy (the recipe lab's points, each with the options "
+             "that run it here): the appendix."]
     return "\n\n".join(parts)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 
 from eagle3kit import presets
-from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow, Tau
+from eagle3kit.evaluate import vocab_cap
+from eagle3kit.evaluate.recipes import BEFORE_HOST, Lab, LabRow
 
 FIRST_STEPS_KEY, RUN_STEPS_KEY, TRAIN_STEPS_KEY = "first_steps", "run_steps", "train_steps"
 
@@ -159,11 +160,6 @@ def preset_changes(preset: str = "full", base: str = "demo") -> dict[str, dict[s
 OUTSIDE_VOCAB_CAP = 0.1  # a share of held-out reply tokens outside the draft vocab worth naming as a lever
 
 
-def _delta(d: Tau) -> str:
-    """A paired Δ with its 95 % interval, signed: an interval that holds 0 is no measured effect."""
-    return f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
-
-
 def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
     """What this run's own diagnosis asks to change (empty where nothing shows), each as the recipe lab's evidence
     says: where the draft memorised (:data:`MEMORISED_GAP`), more conversations with the minutes to train on them (the
@@ -174,27 +170,21 @@ def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
     if trained_acc is not None and val_acc is not None and trained_acc - val_acc >= MEMORISED_GAP and n:
         more = sorted((r for r in lab.beside if "+more-data" in r.name and "held-out" in r.delta),
                       key=lambda r: (r.budget, r.conversations or 0))
-        said = "; ".join(f"{r.conversations} replies at {r.budget:g} min {_delta(r.delta['held-out'])}" for r in more)
-        out.append(f"It memorised (first guess {trained_acc:.2f} on its training split, {val_acc:.2f} on validation): "
-                   "more conversations, with the minutes to train on them (the **Next** line's point)"
-                   + (f". Replies alone go only so far: at equal minutes the recipe lab measured, against its "
-                      f"frontier, held-out τ Δ {said}." if more else "."))
+        said = ", ".join(f"{r.delta['held-out'].mean:+.3f} with {r.conversations} replies at {r.budget:g} min"
+                         for r in more)
+        out.append(f"**More conversations, with the minutes to train on them** (the **Next** line's point): it "
+                   f"memorised (first guess {trained_acc:.2f} on its training split, {val_acc:.2f} on validation)."
+                   + (f" At equal minutes the recipe lab measured held-out τ {said}, each against its frontier "
+                      "(intervals in the appendix): replies alone go only so far." if more else ""))
     outside, vocab = s06.get("outside_vocab_share"), s04.get("draft_vocab_size")
     if outside and outside >= OUTSIDE_VOCAB_CAP and vocab:
-        rows = [r for r in lab.rows if r.name.startswith("vocab-") and "held-out" in r.delta]
-        said = ", ".join(f"`{r.name}` {_delta(r.delta['held-out'])}" for r in rows)
-        gains = [r for r in rows if int(r.name.split("-")[1]) > vocab and r.delta["held-out"].low > 0]
-        head = f"{outside:.0%} of held-out reply tokens lie outside its {vocab}-token vocab, a cap on τ"
-        if gains:
-            best = max(gains, key=lambda r: r.delta["held-out"].mean)
-            out.append(f"{head}: `--set draft_vocab_size={best.name.split('-')[1]}` (the recipe lab measured {said} "
-                       f"against its base at {best.budget:g} CPU minutes).")
+        head = f"{outside:.0%} of held-out reply tokens lie outside it, a cap on τ"
+        larger, said = vocab_cap.larger_that_gained(lab, vocab), vocab_cap.evidence(lab)
+        if larger:
+            out.append(f"**`--set draft_vocab_size={vocab_cap.size(larger)}`**: {head}; {said}.")
         else:
-            smaller = [r for r in rows if int(r.name.split("-")[1]) < vocab and r.delta["held-out"].low > 0]
-            out.append(f"{head}, but at this scale not the lever to raise: a larger head trains slower"
-                       + (f", and the recipe lab measured {said} against its base at {rows[0].budget:g} CPU minutes"
-                          + (f": a smaller vocab (`{smaller[0].name}`) gained, training faster though it lowers the "
-                             "cap." if smaller else ".") if rows else "; no lab row has measured it."))
+            out.append(f"**Keep the {vocab}-token vocab**: {head}, but not the lever to raise at this scale: "
+                       + (vocab_cap.keep_reason(lab, vocab) if said else "no lab row has measured it."))
     return out
 
 

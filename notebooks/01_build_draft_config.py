@@ -17,8 +17,8 @@
 # # 01 · Build the EAGLE-3 draft config from a verifier
 #
 # **Headline.** This notebook builds a speculative-decoding *draft* for a verifier model with speculators' own classes,
-# shows where each of its settings comes from, and prices the real GPU run. Everything later (debugging, data,
-# training, the verdict) starts from this config, so a wrong value here costs hours there.
+# shows where each of its settings comes from, and (in its appendix) prices the real GPU run. Everything later
+# (debugging, data, training, the verdict) starts from this config, so a wrong value here costs hours there.
 #
 # The course: **01** build the draft · **02** debug its attention · **03** see its training mask · **04** make its
 # training data · **05** train it · **06** the verdict (τ, what it buys, what to change) · **07** why τ is what it is.
@@ -34,6 +34,12 @@
 #
 # **τ (acceptance length)** is the number of tokens one such round commits: accepted draft tokens + 1. A useless draft
 # gives τ = 1 (only the verifier's own token), a perfect one τ = k + 1. Speed-up grows with τ, minus the draft's own cost.
+#
+# **One round, worked through** (k = 3). The verifier alone would write "The cat sat on the mat". After "The", the draft
+# proposes "cat", "sat", "in". In one forward pass over "The cat sat in" the verifier finds its own next token after
+# each prefix: "cat" ✓, "sat" ✓, then "on" where the draft said "in" ✗. The round commits "cat sat on": 2 accepted
+# draft tokens + 1 correction, τ = 3 for this round, for the price of one verifier pass and three cheap draft steps.
+# Had "in" been "on", the same pass would also give the token after it, "the" (the bonus): τ = 4 = k + 1.
 #
 # **EAGLE-3** makes the draft tiny and good: it does not read text alone, it reads what the verifier already computed.
 #
@@ -62,8 +68,8 @@
 # | RoPE | rotary position embeddings: how the verifier (and so the draft) encodes a token's position |
 # | GGUF | llama.cpp's one-file model format (the default verifier ships as one; eagle3kit converts it once) |
 #
-# Later words (packing, held-out prompts, validation split, FSDP, Muon, pooled τ ...) are explained where they first
-# appear, and all in [docs/glossary.md](../docs/glossary.md).
+# Later words (packing, held-out prompts, validation split, FSDP, pooled τ, recipe lab ...) are explained where they
+# first appear, and all in [docs/glossary.md](../docs/glossary.md).
 #
 # ## This notebook
 #
@@ -96,6 +102,7 @@ from eagle3kit.draft.model import build_model, forward_random
 from eagle3kit.notebook import DRAFT_CONFIG, folded, setup, short
 from eagle3kit.plan.gpu_plan import DEFAULT_DRAFT_VOCAB as PLAN_DRAFT_VOCAB
 from eagle3kit.runner import record_summary
+from eagle3kit.verifier import load_tokenizer
 
 # %matplotlib inline
 
@@ -148,19 +155,30 @@ explain.memory_footprint(draft, torch.float32)
 
 # %%
 print("registered here:", dc.registered_attention_implementations())
-explain.attention_choices()
+explain.attention_choices().style.hide(axis="index")  # every reason whole
+
+# %% [markdown]
+# The names: `eager` and `sdpa` are transformers' plain and fused dense attentions; `flex_attention` is transformers'
+# flex path and `simple_flex_attention` speculators' own (the one that takes its BlockMask); `flash_attention_*` are
+# GPU kernels; `paged|eager` serves from a paged key/value cache; `block_sparse_cpu` is eagle3kit's CPU training step
+# over the BlockMask (notebook 02 measures it; the draft's config keeps sdpa) and `eagle3kit_sdpa_gqa` its sdpa for
+# the verifier's generation (no copy of shared key/value heads).
 
 # %% [markdown]
 # ## One forward pass on random hidden states
 #
 # The draft's input is the concatenation of the verifier's aux hidden states (`n_aux × hidden` wide), the token ids,
 # and document ids for packing (several conversations in one row, kept apart: notebook 03). With no targets it returns
-# the draft tokens of each TTT step.
+# the draft tokens of each TTT step: ids in the draft's vocabulary (here the verifier's own), shown as text under them.
 
 # %%
 draft_tokens, seconds = forward_random(draft, build, forward_tokens)
 print(f"{len(draft_tokens)} TTT steps, each {tuple(draft_tokens[0].shape)}; {forward_tokens / seconds:.0f} tokens/s")
 print("first draft tokens per step:", [t[0, :6].tolist() for t in draft_tokens])
+if build.config.draft_vocab_size == build.config.transformer_layer_config.vocab_size:  # draft ids are verifier ids
+    tokenizer = load_tokenizer(build.verifier)
+    print("as text (random weights, random inputs: noise, as it should be):",
+          [tokenizer.convert_ids_to_tokens(t[0, :6].tolist()) for t in draft_tokens])
 
 # %%
 saved = dc.save_config(build, workdir / DRAFT_CONFIG)
@@ -169,12 +187,25 @@ record_summary(workdir, "01", trainable_params=counts["trainable"], attn=build.a
                forward_tokens_per_s=round(forward_tokens / seconds))
 
 # %% [markdown]
-# ## The cost of the real run, and the τ it must beat
+# **What you have now:** the draft's `config.json` (in the workdir's `draft_config/`) and a model that runs a forward
+# pass. **What to do next:** notebook 02 shows the attention setting that decides
+# whether this draft trains at all, and how to catch it wrong before a GPU job does.
+#
+# ---
+#
+# ## Appendix · advanced, skip on a first read
+#
+# The cost of the real GPU run and the τ it must beat (notebook 06 sets the trained draft against it), then three
+# more views of the same tools: every field of the config, a draft for a verifier too large to load here, the GPU plan
+# for three verifiers side by side (with the commands of the Llama run), and every row of a plan with what it assumes.
+
+# %% [markdown]
+# ### The cost of the real run, and the τ it must beat
 #
 # The CPU run is a rehearsal; the run that matters stores a real verifier's hidden states and trains on GPUs.
 # `eagle3kit.plan` works out what that costs (the same as `eagle3kit plan --verifier ...`): the hidden states on disk,
-# the GPU memory of one training rank, the hours, and the served speed-up. Here for Llama-3.1-8B; the appendix
-# compares three verifiers and lists every assumption.
+# the GPU memory of one training rank, the hours, and the served speed-up. Here for Llama-3.1-8B; the sections below
+# compare three verifiers and list every assumption.
 #
 # The last row is the bar every later notebook measures against. Serving one chat (batch 1), a verifier step is
 # *memory-bound*: it reads all of its weights whether it checks 1 token or k + 1, so checking the draft's tokens costs
@@ -188,18 +219,6 @@ from eagle3kit.plan import compare_plans, plan_figure, plan_run
 
 plans = [plan_run(name, samples=plan_samples, gpu=plan_gpu) for name in ("llama-3.1-8b", "qwen3-8b", "kimi-k2.5")]
 compare_plans(plans[:1], headline=True)
-
-# %% [markdown]
-# **What you have now:** the draft's `config.json` (in the workdir's `draft_config/`), a model that runs a forward
-# pass, and the τ the GPU run must beat. **What to do next:** notebook 02 shows the attention setting that decides
-# whether this draft trains at all, and how to catch it wrong before a GPU job does.
-#
-# ---
-#
-# ## Appendix · advanced, skip on a first read
-#
-# Three more views of the same tools: a draft for a verifier too large to load here, the GPU plan for three
-# verifiers side by side (with the commands of the Llama run), and every row of a plan with what it assumes.
 
 # %% [markdown]
 # ### Every field of the draft config

@@ -165,10 +165,11 @@ fig
 # | the draft *config's* attention (the line below) | `sdpa` | vLLM, speculators' trainer, `from_pretrained`: it is saved in `config.json` |
 # | the training step over that config (notebook 05) | `block_sparse_cpu` | eagle3kit's training session only: the same loss and gradients as sdpa, computing only the 128-token blocks the mask keeps |
 #
-# At this probe's 256 tokens the mask is 2 x 2 blocks of 128 with one skipped (section 1's "25% of blocks skipped"):
-# too little to skip, so here the two tie; at
-# notebook 05's 512-token packs with 3 TTT steps `bench/train_step.py` measured it 1.45x faster, at 1024 tokens 2.21x
-# (medians of its repeats: [bench/results/train_step.md](../bench/results/train_step.md)).
+# This probe decides the config's attention only. At its 256 tokens the mask is 2 × 2 blocks of 128 with one skipped
+# (section 1's "25% of blocks skipped"): too little to skip, so it cannot tell the two training steps apart. The
+# training step is timed where it trains: notebook 05 runs both paths, forward and backward, on one of its real
+# 512-token batches ("One step, opened up"); `bench/train_step.py` measures them at several lengths
+# ([bench/results/train_step.md](../bench/results/train_step.md)).
 
 # %%
 rec = recommendations(matrix, device)
@@ -181,7 +182,7 @@ hf_flex = probe_row(matrix, "flex_attention", "forward")
 (workdir / "probe_matrix_02.csv").write_text(matrix.to_csv(index=False))
 print("matrix written to", short(workdir / "probe_matrix_02.csv", workdir))
 record_summary(workdir, "02", device=device, recommended_training=rec.get(f"{device} training"),
-               seed_steps_caught=all(s.caught for s in steps), seed_sdpa_after_build=switched.status,
+               seed_steps_caught=all(s.caught is not False for s in steps), seed_sdpa_after_build=switched.status,
                seed_hf_flex=twist.status, sdpa_vs_eager_dloss=None if sdpa is None else sdpa.max_abs_dloss,
                flex_backward=None if flex_bwd is None else flex_bwd.status,
                hf_flex_forward=None if hf_flex is None else hf_flex.status)

@@ -29,6 +29,9 @@ ttt_steps = 3
 sliding_window = 256      # for the sliding-window variant
 long_seq_len = 4096       # the long-context view (presets: eagle3kit.presets)
 check_seq_len = 1024      # the dense equivalence check builds Q x KV masks: keep it modest
+train_seq_len = 512       # notebook 05's packed length (the training scale)
+prompt_tokens = 128       # a training sample's user turn is cut to this many tokens (notebook 04)
+reply_tokens = 96         # and its reply to this many
 seed = 0
 workdir = "../runs/interactive/work"
 
@@ -42,16 +45,17 @@ from IPython.display import display
 from eagle3kit.figures import show_widget
 from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.explorer import MaskExplorer
-from eagle3kit.data.layouts import pack, sharegpt_lengths
+from eagle3kit.data.layouts import exchange_lengths, pack, sharegpt_lengths
 from eagle3kit.masks.refusals import verdicts
 from eagle3kit.masks.tiny import plot_tiny, sees, tiny_mask
-from eagle3kit.masks.stats import equivalence, stats, window_pairs
+from eagle3kit.masks.stats import blocks_line, equivalence, stats, window_pairs
 from eagle3kit.masks.eagle_mask import COMPILE_ABOVE, build_mask
 from eagle3kit.notebook import setup
 from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
 
 workdir = setup(workdir, seed=seed)
+tokenizer = load_tokenizer(verifier)
 
 # %% [markdown]
 # ## The mask in miniature: 8 tokens, 2 documents, 3 TTT steps
@@ -85,22 +89,45 @@ print(sees(tiny))
 #   step *s* continues *q*'s own chain: the states computed at other positions belong to other continuations (later
 #   positions' even to the future), so they are hidden.
 #
-# Under flex attention the mask is a `BlockMask` (128×128 blocks: empty, full, or partial = evaluate the `mask_mod`).
-# Its `to_dense()` is block-level and `to_string()` a coarse grid, so this notebook looks at the real thing: the mask
-# built **by speculators' own functions** (`create_combined_mask_mod`, `extend_mask_for_draft_tokens`, torch's
-# `create_block_mask`; `create_mask` / `create_float_mask` for sdpa / eager), at token, block and TTT-step level.
+# The mask is built **by speculators' own functions** (`create_combined_mask_mod`, `extend_mask_for_draft_tokens`,
+# torch's `create_block_mask`; `create_mask` / `create_float_mask` for sdpa / eager) and looked at here at token,
+# block and TTT-step level.
 
 # %% [markdown]
-# ## A packed batch of ShareGPT conversations
+# ## At the training scale: one pack of short samples
 #
-# Lengths are real: conversations from ShareGPT V3 through the verifier's chat template. They are packed whole, in
-# order, until the next one would not fit; the rest is padding, as in speculators' collator. This is a GPU-scale pack of
-# whole ShareGPT conversations, long enough to show every part of the mask. The demo trains on 512-token packs of much
-# shorter samples (a cut user turn and the verifier's short reply, 04 makes them) under the same mask: notebook 05
-# draws one of its real training batches this way ("The next batch and its mask").
+# Notebook 05 trains on packs of `train_seq_len` tokens, each holding a few short samples: a user turn cut short and
+# the verifier's reply (notebook 04 writes them). Here ShareGPT's first exchanges are cut the same way
+# (`prompt_tokens`, `reply_tokens`; ShareGPT's own reply stands in for the verifier's, which notebook 04 writes) and
+# packed as speculators' collator packs them. Notebook 05 draws one of its real batches the same way.
+#
+# **Blocks.** Flex attention works on blocks of 128 queries × 128 keys, and the mask it gets (a `BlockMask`) is mostly
+# a table: for each query block, the list of key blocks worth visiting (`kv_indices`, their number `kv_num_blocks`;
+# `full_kv_indices` for the blocks attended whole). A key block in neither list is *empty*: flex skips it. A *full*
+# block is computed without asking pair by pair. In a *partial* block flex calls the `mask_mod`, a small function
+# `mask_mod(b, h, q, kv) -> bool` (here speculators' `create_combined_mask_mod`: the three rules above), for each
+# query-key pair. The line under the block map counts the three kinds; the CPU training step of notebooks 02 and 05
+# (`block_sparse_cpu`) skips the same empty blocks.
 
 # %%
-lengths = sharegpt_lengths(load_tokenizer(verifier), n=n_documents, seed=seed)
+exchanges = exchange_lengths(tokenizer, n=32, seed=seed, prompt_tokens=prompt_tokens, reply_tokens=reply_tokens)
+train_pack = pack(exchanges, train_seq_len)
+train_mask = build_mask(train_pack, train_seq_len, ttt_steps)
+print(f"{len(train_pack)} samples of {', '.join(map(str, train_pack))} tokens + {train_seq_len - sum(train_pack)} "
+      "tokens of padding")
+display(mask_plots.plot_token_mask(train_mask))
+display(mask_plots.plot_block_map(train_mask))
+print(blocks_line(train_mask))
+
+# %% [markdown]
+# ## At GPU scale: whole conversations in one long pack
+#
+# A GPU run packs whole conversations into much longer rows. Lengths are real: conversations from ShareGPT V3 through
+# the verifier's chat template, packed whole, in order, until the next one would not fit; the rest is padding. The
+# rest of this notebook looks at this pack.
+
+# %%
+lengths = sharegpt_lengths(tokenizer, n=n_documents, seed=seed)
 middle = sorted(lengths)[len(lengths) // 2]
 print(f"{len(lengths)} conversation lengths (tokens): shortest {min(lengths)}, median {middle}, longest {max(lengths)}")
 packed = pack(lengths, total_seq_len)
@@ -145,11 +172,12 @@ table = stats(mask)  # what plot_stats draws below (and the summary's sparsity)
 # %% [markdown]
 # ## Block level: what flex attention actually skips
 #
-# The BlockMask's own tables (`kv_num_blocks`/`kv_indices` for partial blocks, `full_kv_*` for full ones): flex skips
-# empty blocks, runs full blocks without the `mask_mod`, and evaluates it only in partial blocks.
+# The same block tables as at the training scale, for the long pack: the longer the pack, the larger the share of
+# empty blocks, since each conversation attends only within itself.
 
 # %%
 display(mask_plots.plot_block_map(mask))
+print(blocks_line(mask))
 mask_plots.plot_stats(mask, table)
 
 # %% [markdown]

@@ -70,7 +70,7 @@ from eagle3kit.data import plots as data_plots
 from eagle3kit.data.loss_mask_plot import plot_loss_mask, window_start
 from eagle3kit.data import vocab
 from eagle3kit.data.regenerate import SPARE_PROMPTS, regenerate
-from eagle3kit.notebook import DATA, setup, short
+from eagle3kit.notebook import DATA, folded, setup, short
 from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
 
@@ -107,7 +107,8 @@ if regenerate_tokens:
                        n_conversations=n_conversations + held_out + SPARE_PROMPTS,
                        max_new_tokens=regenerate_tokens, max_prompt_tokens=regenerate_prompt_tokens, seed=seed)
     source = regen.path
-    display(pd.Series(vars(regen)).to_frame("value"))
+    print(regen.line())
+    display(folded(pd.Series(vars(regen)).to_frame("value"), "every field of the regeneration (click to open)"))
     replies = conv.read_jsonl(source)
     looping = [loops(r) for r in replies]
     print(f"each sample: the first user turn cut to {regenerate_prompt_tokens} tokens + the verifier's reply of at most "
@@ -131,7 +132,7 @@ else:
 # **What is captured, per sample** (the conventions vLLM uses too): aux layer id *i* is the **input** of decoder layer
 # *i* (= HF `hidden_states[i]`, 0 = embeddings); the last stored state is the final decoder layer's output **before**
 # the final norm, because speculators applies `verifier_norm` itself. The function that does it, as `build_dataset`
-# calls it for every batch of samples, is printed under the table: one verifier forward, nothing else.
+# calls it for every batch of samples, is printed under the summary: one verifier forward, nothing else.
 
 # %%
 request = dict(n_conversations=n_conversations, seq_length=seq_length, draft_vocab_size=dvs, seed=seed,
@@ -139,7 +140,8 @@ request = dict(n_conversations=n_conversations, seq_length=seq_length, draft_voc
 t0 = time.perf_counter()
 info = build_dataset(verifier, data_dir, **request)
 hidden_states_seconds = time.perf_counter() - t0
-display(pd.Series(info.to_dict()).to_frame("value"))
+print(info.line())
+display(folded(pd.Series(info.to_dict()).to_frame("value"), "every field of the data directory (click to open)"))
 print(inspect.getsource(extract))
 
 # %%

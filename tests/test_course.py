@@ -39,37 +39,41 @@ def test_the_conclusion_states_what_the_summary_measured_and_labels_it(tmp_path)
         assert next_run.run_it(row, lab) in text
 
 
-def test_the_conclusion_opens_with_five_lines_and_ends_with_the_numbers_in_full(tmp_path):
-    """One headline τ (vLLM's when it served the draft) with MT-bench beside it, what it buys, whether to serve it,
-    why and what next, in five lines; the hand-off as a table of commands; no folder of this machine in it."""
+def test_the_conclusion_opens_with_one_verdict_and_a_short_table_and_ends_with_the_numbers_in_full(tmp_path):
+    """The verdict in one line, then one headline τ (vLLM's when it served the draft) with MT-bench beside it and what
+    it buys in a short table, why and what next in a line each; the hand-off as a table of commands; no folder of
+    this machine in it."""
     served = {**SIMULATED, "tau_vllm": 1.57, "vllm_prompts": 16, "vllm_batch": 96, "vllm_version": "0.32.0",
               "tokens_per_s_vllm": {"draft": 50.0, "plain": 100.0}, "mt-bench_vllm": SIMULATED["mt-bench_sim"],
               "mt-bench_prompts": 80, "outside_vocab_share": 0.12, "train_full_acc_0": 0.87, "val_full_acc_0": 0.3}
     (tmp_path / course.LAUNCH_05).mkdir()
     (tmp_path / course.LAUNCH_05 / "run.yaml").write_text("{}")
     record_summary(tmp_path, "06", **served)
-    lines = course.five_lines(served, read_lab())
-    assert len(lines) == 5
-    assert lines[0] == ("**τ 1.57** on 16 held-out prompts (vLLM's counters, all rounds pooled; k = 3, so at most 4); "
-                        "on MT-bench's 80 first turns 1.13 [1.10, 1.16] (the mean over its prompts, as the recipe "
-                        "lab counts); untrained 1.00.")
-    assert "0.50x here with 96 sequences together (vLLM CPU build)" in lines[1]
-    assert "pays there above τ 1.90" in lines[1]
-    alone = course.five_lines({**served, "tokens_per_s_vllm_alone": {"draft": 45.0, "plain": 50.0},
-                               "vllm_alone_prompts": 4}, read_lab())[1]  # batch 1 measured: said first
-    assert alone.startswith("**Buys** 0.90x here one prompt at a time (4 prompts, a first look); 0.50x here with 96 "
-                            "sequences together (vLLM CPU build; compute-bound: checking k + 1 tokens costs about "
-                            "k + 1 times one)")
-    assert "a llama-3.1-8b draft that accepts as this one does" in lines[1]  # the plan's verifier, not this one
-    assert lines[2].startswith("**So** this draft slows decoding") and "10% of rounds" in lines[3]
-    assert "12% of the tokens of the held-out replies it was scored on" in lines[3]
-    assert "memorised" in lines[3] and "τ 1.90" in lines[4]
-    healthy = course.five_lines({**served, "val_full_acc_0": 0.85}, read_lab())
-    assert "memorised" not in healthy[3]
+    assert course.verdict_line(served) == ("**Verdict: Do not serve it on this CPU (0.50x, measured in vLLM); on one "
+                                           "H100-80GB (llama-3.1-8b, batch 1) it would not pay (0.61x predicted; it "
+                                           "pays above τ 1.90).**")
+    table = course.numbers_table(served).splitlines()
+    assert table[2] == "| τ on held-out prompts (the headline) | **1.57** | vLLM, 16 prompts, k = 3 (at most 4) |"
+    assert table[3] == "| τ on MT-bench's first turns | 1.13 [1.10, 1.16] | vLLM, 80 prompts, mean over prompts |"
+    assert "| τ of the same draft untrained | 1.00 | simulated |" in table
+    assert "| speed here, 96 sequences together | 0.50x |" in course.numbers_table(served)
+    assert "| speed on one H100-80GB, llama-3.1-8b, batch 1 | 0.61x (pays above τ 1.90) |" in course.numbers_table(
+        served)  # the plan's verifier, not this one
+    alone = course.numbers_table({**served, "tokens_per_s_vllm_alone": {"draft": 45.0, "plain": 50.0},
+                                  "vllm_alone_prompts": 4})
+    assert "| speed here, one prompt at a time | 0.90x | the same, 4 prompts (a first look) |" in alone
+    why = course.why_line(served)
+    assert "10% of rounds" in why and "12% of the tokens of the held-out replies it was scored on" in why
+    assert "memorised" in why and "memorised" not in course.why_line({**served, "val_full_acc_0": 0.85})
+    assert "τ 1.90" in course.next_line(served, read_lab())
+    close = {**served, "tau_vllm_interval": [1.48, 1.95]}  # the break-even inside τ's interval: said so, briefly
+    assert "too close to call (0.61x predicted; it pays above τ 1.90, within this run's noise)" in course.verdict_line(
+        close)
+    assert course.verdict_line({}) == "**Verdict: No speed was measured or predicted in this run.**"
     text = course.conclusion(tmp_path)
-    assert text.index(lines[0]) < text.index("| step | command | what it gives |")
+    assert text.index(course.verdict_line(served)) < text.index(table[2]) < text.index("| step | command |")
     assert "counted by vLLM's" not in text and "counted by vLLM's" in course.details_markdown(tmp_path)
-    assert "| 6 | `torchrun --standalone" in text and "rehearsed its own `launch_05/run.yaml`" in text
+    assert "| 6 | `torchrun --standalone" in text and "rehearsed its `launch_05/run.yaml`" in text
     assert str(tmp_path) not in text
 
 
@@ -163,16 +167,17 @@ def test_what_to_change_follows_the_runs_own_diagnosis():
     lab = read_lab()
     memorised = {"train_full_acc_0": 0.88, "val_full_acc_0": 0.32, "outside_vocab_share": 0.12}
     lines = next_run.levers(memorised, {"samples": 256, "draft_vocab_size": 2048}, lab)
-    assert lines[0].startswith("It memorised") and "with the minutes to train on them" in lines[0]
+    assert lines[0].startswith("**More conversations, with the minutes to train on them**") and "memorised" in lines[0]
     assert "n_conversations" not in lines[0]  # no count of replies at equal minutes: the lab's 3x did not hold
-    for r in (r for r in lab.beside if "+more-data" in r.name):  # the lab's evidence, each with its interval
-        assert f"{r.conversations} replies at {r.budget:g} min {r.delta['held-out'].mean:+.3f} [" in lines[0]
+    for r in (r for r in lab.beside if "+more-data" in r.name):  # the lab's evidence (its intervals: the appendix)
+        assert f"{r.delta['held-out'].mean:+.3f} with {r.conversations} replies at {r.budget:g} min" in lines[0]
     # the lab measured a larger vocab losing (vocab-8192) and a smaller one gaining: no larger vocab is advised
-    assert "12% of held-out reply tokens" in lines[1] and "draft_vocab_size=" not in lines[1]
+    assert "12% of held-out reply tokens lie outside it" in lines[1] and "draft_vocab_size=" not in lines[1]
     assert "`vocab-8192` -0.048 [" in lines[1] and "not the lever to raise" in lines[1]
+    assert lines[1].startswith("**Keep the 2048-token vocab**")
     gained = dataclasses.replace(lab, rows=[dataclasses.replace(r, delta={**r.delta, "held-out": dataclasses.replace(
         r.delta["held-out"], mean=0.05, low=0.01, high=0.09)}) if r.name == "vocab-8192" else r for r in lab.rows])
-    assert "`--set draft_vocab_size=8192`" in next_run.levers(memorised, {"samples": 256, "draft_vocab_size": 2048},
+    assert "**`--set draft_vocab_size=8192`**" in next_run.levers(memorised, {"samples": 256, "draft_vocab_size": 2048},
                                                              gained)[1]  # where a lab row measured a gain, it says so
     healthy = {"train_full_acc_0": 0.5, "val_full_acc_0": 0.45, "outside_vocab_share": 0.03}
     assert next_run.levers(healthy, {"samples": 256, "draft_vocab_size": 2048}, lab) == []
@@ -247,7 +252,7 @@ def test_the_verdict_says_too_close_to_call_where_the_break_even_lies_inside_the
     served = {**SIMULATED, "tau_vllm": 1.57, "vllm_prompts": 16, "vllm_batch": 96, "break_even_there": 1.61,
               "speedup_predicted_there": 0.97, "tokens_per_s_vllm": {"draft": 50.0, "plain": 100.0}}
     close = {**served, "tau_vllm_interval": [1.48, 1.66]}
-    assert course.five_lines(close, read_lab())[0].startswith("**τ 1.57 [1.48, 1.66]** on 16 held-out prompts")
+    assert "| **1.57 [1.48, 1.66]** | vLLM, 16 prompts" in course.numbers_table(close)
     assert course.verdict(close).endswith("On the planned GPU run it is too close to call: its break-even τ 1.610 "
                                           "lies inside this τ's 95 % interval [1.480, 1.660] over 16 prompts; and the "
                                           "predicted 0.97x lies within the speed model's 10% of 1x (its error "
@@ -291,8 +296,9 @@ def test_mt_bench_beside_the_headline_is_one_figure_the_mean_as_the_lab_counts_w
     said = ("1.30 [1.27, 1.33] (the mean over its prompts, as the recipe lab counts; all rounds pooled: "
             "1.29 [1.26, 1.31])")
     assert course.bench_tau(both) == said
-    line = course.five_lines(served, read_lab())[0]
-    assert "on MT-bench's 80 first turns 1.30 [1.27, 1.33] (the mean over its prompts" in line and "1.29" not in line
+    line = course.numbers_table(served)
+    assert "| τ on MT-bench's first turns | 1.30 [1.27, 1.33] | vLLM, 80 prompts, mean over prompts |" in line
+    assert "1.29" not in line
     assert course.bench_tau(both, with_pooled=False) == "1.30 [1.27, 1.33]"
     assert f"MT-bench's first turns: τ {said} over 80 prompts" in " ".join(course.headline(served))
     assert course.bench_tau(SIMULATED["mt-bench_sim"]) == "1.13 [1.10, 1.16]"

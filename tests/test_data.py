@@ -72,6 +72,9 @@ def test_layout_is_speculators(built, tiny_verifier):
     assert f["hidden_states"].shape[1:] == (n_states, tiny_verifier.text_config.hidden_size)
     assert f["token_ids"].dtype == torch.long and f["hidden_states"].shape[0] == f["token_ids"].shape[0]
     assert len(held_out_conversations(out)) == 2
+    said = info.line()  # notebook 04's summary of the table it folds
+    assert said.startswith(f"{info.n_samples} training samples + {info.n_held_out} held out: {info.tokens:,} tokens")
+    assert f"layers {info.aux_layer_ids}" in said and f"covers {info.coverage:.1%}" in said
     prompts = held_out_prompts(out)
     assert len(prompts) == 2 and all(p and p[-1]["role"] != "assistant" for p in prompts)
 

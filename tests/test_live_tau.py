@@ -105,6 +105,10 @@ def test_the_run_at_a_glance_keeps_the_first_step_each_live_tau_and_the_last():
 
     history = [{"step": s, "loss": 10.0 - s, "full_acc_0": s / 10, "full_acc_1": s / 20,
                 **({TAU: 1.0 + s / 100} if s % 3 == 0 else {})} for s in range(1, 9)]
-    table = milestones(history, 2)
-    assert list(table.index) == [1, 3, 6, 8] and list(table.columns) == ["loss", "full_acc_0", "full_acc_1", "live τ"]
-    assert table.loc[6, "live τ"] == 1.06 and table.loc[8, "loss"] == 2.0 and table["live τ"].isna().sum() == 2
+    table = milestones(history, 2, window=3)  # each row the mean of the 3 steps up to it
+    assert list(table.index) == [1, 3, 6, 8]
+    assert list(table.columns) == ["steps averaged", "loss", "full_acc_0", "full_acc_1", "live τ"]
+    assert table.loc[6, "live τ"] == 1.06 and table["live τ"].isna().sum() == 2
+    assert table.loc[8, "loss"] == 3.0 and table.loc[8, "steps averaged"] == 3  # steps 6, 7, 8: 4, 3, 2
+    assert table.loc[1, "loss"] == 9.0 and table.loc[1, "steps averaged"] == 1  # the first step alone
+    assert milestones(history, 2, window=1).loc[8, "loss"] == 2.0  # a window of one: the step's own batch

@@ -47,12 +47,13 @@ def test_interrupted_run_resumes_to_the_same_file(smollm2, tmp_path):
     partial.write_text("\n".join(json.dumps(x) for x in [{"settings": settings}, *kept]) + '\n{"index": 1, "mes')
     info = regenerate(smollm2, tmp_path / "resumed.jsonl", n_conversations=5, max_new_tokens=8, batch_size=2,
                       progress=False, engine="transformers")
-    assert info.resumed == 2
+    assert info.resumed == 2 and "; 2 taken over from an interrupted run" in info.line()
     assert (tmp_path / "resumed.jsonl").read_text() == full.read_text()
     assert not partial.exists()
     again = regenerate(smollm2, tmp_path / "resumed.jsonl", n_conversations=5, max_new_tokens=8,
                        progress=False, engine="transformers")
     assert again.seconds == 0 and again.generated_tokens == 0  # already complete: nothing is generated
+    assert again.line().startswith("transformers wrote 0 reply tokens for 5 prompts in 0 s")
 
 
 def test_partial_with_other_settings_is_started_over(tiny_verifier, tmp_path):

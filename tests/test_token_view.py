@@ -362,16 +362,37 @@ def test_hover_names_what_the_draft_proposed_instead(tiny_verifier):
     assert f"the accepted draft tokens: {depths})" in html and "at depth 3" in depths
 
 
-def test_the_outside_vocab_share_is_said_per_set_and_not_for_a_full_vocab_draft():
-    def view(tokens: list[int]) -> fates.PromptView:
-        return fates.PromptView("p", "c", [], [fates.Fate(t, fates.ACCEPTED, 1, round=0) for t in tokens], 3)
+def test_the_vocab_cap_is_one_table_of_every_count_and_the_labs_rows_decide_the_size(tiny_verifier):
+    """Notebook 07's table: 04's and 06's shares from their summaries, and here each set's reply tokens outside the
+    vocab, the class table's outside targets and the rejected first proposals outside it, each count exact."""
+    from eagle3kit.evaluate import vocab_cap
+    from eagle3kit.evaluate.recipes import read_lab
 
-    inside = torch.tensor([True, True, False, False])  # tokens 2 and 3 lie outside the draft vocab
-    said = token_classes.outside_by_set({"held-out": [view([0, 1, 2, 3])], "mt-bench": [view([0, 1]), view([2, 0])]},
-                                        inside)
-    assert said == ("Reply tokens outside the draft vocab, per set: held-out 50% of 4 reply tokens (1 prompts); "
-                    "mt-bench 25% of 4 reply tokens (2 prompts).")
-    assert token_classes.outside_by_set({"held-out": [view([0, 1])]}, None) is None
+    tok = load_tokenizer("tiny")
+
+    def view(fated: list[tuple[int, str, int]]) -> fates.PromptView:  # (token, kind, round)
+        return fates.PromptView("p", "c", [], [fates.Fate(t, kind, 1 if kind == fates.ACCEPTED else 0, round=r)
+                                               for t, kind, r in fated], 3)
+
+    inside = torch.zeros(tok.vocab_size if hasattr(tok, "vocab_size") else 1000, dtype=torch.bool)
+    inside[:500] = True  # ids 500 and above lie outside the draft vocab
+    held = [view([(10, fates.ACCEPTED, 0), (600, fates.CORRECTED, 0), (601, fates.CORRECTED, 1),
+                  (11, fates.CORRECTED, 2)])]  # three first proposals rejected, two of them outside
+    bench = [view([(12, fates.ACCEPTED, 0), (13, fates.ACCEPTED, 0)])]
+    classes = token_classes.class_table(held + bench, tok, inside)
+    table = vocab_cap.cap_table({"held_out_coverage": 0.8}, {"outside_vocab_share": 0.19, "held_out_prompts": 16},
+                                {"held-out": held, "mt-bench": bench}, classes, held, tok, inside)
+    rows = {over: row for (_, over), row in table.iterrows()}
+    assert rows["every token of the verifier's held-out replies"]["share outside"] == "20%"
+    assert rows["the continuations it scored, 16 held-out prompts"]["share outside"] == "19%"
+    assert (rows["the replies of 1 held-out prompts"]["outside"], rows["the replies of 1 held-out prompts"]["of"]) == (
+        "2", "4") and rows["the replies of 1 mt-bench prompts"]["share outside"] == "0%"
+    assert rows["every token of the verifier's held-out replies"]["outside"] == ""  # 04 gives a share only
+    first = rows["the first proposals rejected, 1 held-out prompts"]
+    assert (first["outside"], first["of"], first["share outside"]) == ("1", "2", "50%")  # round 0 accepted first
+    assert list(table.index.get_level_values("notebook")) == ["04", "06", "07", "07", "07", "07"]
+    said = vocab_cap.why_this_size(read_lab(), 2048)  # the lab measured vocab-8192 losing, vocab-1024 gaining
+    assert said.startswith("Why 2048 stays: the recipe lab measured `vocab-1024` +0.034 [") and "smaller" in said
 
 
 def test_a_shown_prompt_is_placed_in_its_set_so_one_example_is_not_read_as_the_set():

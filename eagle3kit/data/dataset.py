@@ -99,6 +99,16 @@ class DatasetInfo:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def line(self) -> str:
+        """What the directory holds, in one line (every field: :meth:`to_dict`)."""
+        speed = f", {self.tokens_per_s:.0f} tokens/s" if self.tokens_per_s else ""
+        vocab = (f"; a {self.draft_vocab_size}-token draft vocab covers {self.coverage:.1%} of the reply tokens"
+                 if self.draft_vocab_size else "")
+        return (f"{self.n_samples} training samples + {self.n_held_out} held out: {self.tokens:,} tokens, "
+                f"{self.assistant_tokens:,} of them reply (the loss); hidden states of layers {self.aux_layer_ids} "
+                f"and the last, in {self.dtype} ({self.files.get('written', 0)} files written, "
+                f"{self.files.get('skipped', 0)} kept{speed}){vocab}")
+
     def train_command(self) -> str:
         """The ``speculators train`` line that trains on this directory (with its draft vocab when it wrote one)."""
         return (f"speculators train --data-path {self.path} --verifier-name-or-path {self.verifier_path}"

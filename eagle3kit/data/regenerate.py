@@ -49,6 +49,15 @@ class RegenInfo:
     engine: str = "transformers"  # what wrote the replies: one of ENGINES but "auto"
     start_seconds: float = 0.0  # the engine's start (vLLM: until its engine was built or its server answered)
 
+    def line(self) -> str:
+        """What this call did, in one line (every field: ``vars(info)``)."""
+        speed = (f" ({self.tokens_per_s:.0f} tokens/s, after a {self.start_seconds:.0f} s start)"
+                 if self.tokens_per_s else "")
+        return (f"{self.engine} wrote {self.generated_tokens:,} reply tokens for {self.n_conversations} prompts in "
+                f"{self.seconds:.0f} s{speed}" + (f"; {self.resumed} taken over from an interrupted run"
+                                                   if self.resumed else "")
+                + (f"; {self.empty} answered with nothing, left out" if self.empty else ""))
+
 
 def choose_engine(engine: str, verifier_path: str | None, device: str) -> tuple[str, str | None]:
     """(the engine that writes the replies, why not vLLM when "auto" falls back). "auto": vLLM's CPU build offline

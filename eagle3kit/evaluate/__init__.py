@@ -7,6 +7,7 @@
 ``scores``      τ per benchmark category: per-prompt records, mean with a bootstrap interval, pooled, plot, JSON
 ``fates``       every reply token's fate in the simulated decode walk (accepted at a depth, corrected, bonus)
 ``token_classes`` where the draft fails, counted by token class (word starts, numbers, punctuation, code, vocab)
+``vocab_cap``   the draft vocab's cap on τ counted as each notebook counts it, and the lab's vocab rows on its size
 ``token_page``  the fates as HTML: a prompt's reply marked token by token, the class summary, a self-contained page
 ``token_viewer`` the prompt picker widget over the token view, ``SetViews`` (views computed on demand; notebook 07)
 ``scored``      what a run scored, per set (prompts, ids, continuations, records, vLLM's counts): 06 writes it, 07 reads

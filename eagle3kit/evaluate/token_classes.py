@@ -155,6 +155,19 @@ def worst_line(table: pd.DataFrame) -> str:
             f"{', '.join(map(said, below))} (those intervals lie below {top}'s, {said(top)}){rest}. {overall}.{cap}")
 
 
+def rejected_first(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> tuple[int, int]:
+    """(rounds whose first proposal was rejected, how many of those rejected targets lie outside the draft vocab)."""
+    first_rejected = outside = 0
+    for view in views:
+        accepted_in = {f.round for f in view.fates if f.kind == ACCEPTED}
+        found = reply_classes(view, tokenizer, in_draft_vocab)
+        for fate, classes in zip(view.fates, found, strict=True):
+            if fate.kind == CORRECTED and fate.round not in accepted_in:
+                first_rejected += 1
+                outside += OUTSIDE in classes
+    return first_rejected, outside
+
+
 def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> str:
     """τ over ``views`` as the sum it is (1 a round for the verifier's own token, plus the draft tokens accepted per
     round at each depth), then how often the round's first proposal was rejected and how many of those rejected
@@ -164,14 +177,7 @@ def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None)
         return "No round was taken here (every reply ended before its first round)."
     depths = [sum(d) for d in zip(*(v.by_depth() for v in views), strict=True)]
     terms = " + ".join(f"{d / rounds:.2f}" for d in depths)
-    first_rejected = outside = 0
-    for view in views:
-        accepted_in = {f.round for f in view.fates if f.kind == ACCEPTED}
-        found = reply_classes(view, tokenizer, in_draft_vocab)
-        for fate, classes in zip(view.fates, found, strict=True):
-            if fate.kind == CORRECTED and fate.round not in accepted_in:
-                first_rejected += 1
-                outside += OUTSIDE in classes
+    first_rejected, outside = rejected_first(views, tokenizer, in_draft_vocab)
     tau = 1 + sum(depths) / rounds
     share = (f"; {outside} of those {first_rejected} rejected tokens ({outside / first_rejected:.0%}) lie outside the "
              "draft vocab, where no training helps" if first_rejected and in_draft_vocab is not None else "")
@@ -183,15 +189,3 @@ def how_tau_adds_up(views: Sequence[PromptView], tokenizer, in_draft_vocab=None)
             f"round) + {terms} (draft tokens accepted per round at depth 1 … {len(depths)}). The first proposal "
             f"was accepted in {depths[0]} of the {rounds} rounds (the {depths[0] / rounds:.2f} above) and rejected "
             f"in {first_rejected} ({first_rejected / rounds:.0%}), which ends a round at once{ended}{share}.")
-
-
-def outside_by_set(sets: dict[str, Sequence[PromptView]], in_draft_vocab) -> str | None:
-    """One sentence: per prompt set, the share of its reply tokens outside the draft vocab (None for a full-vocab
-    draft), so a pooled count is not read as either set's."""
-    parts = []
-    for name, views in sets.items():
-        share = outside_share([v.reply for v in views], in_draft_vocab)
-        if share is not None:
-            parts.append(f"{name} {share:.0%} of {sum(len(v.reply) for v in views)} reply tokens "
-                         f"({len(views)} prompts)")
-    return ("Reply tokens outside the draft vocab, per set: " + "; ".join(parts) + ".") if parts else None

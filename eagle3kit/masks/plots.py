@@ -18,6 +18,7 @@ import torch
 from matplotlib.colors import ListedColormap, Normalize, PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from eagle3kit.masks.eagle_mask import BLOCK, EagleMask, build_mask, round_up_to_block
 from eagle3kit.masks.stats import stats
@@ -156,6 +157,8 @@ def plot_block_map(mask: EagleMask, step: int = -1) -> Figure:
               loc="upper right", fontsize=8, framealpha=0.9)
     ax.set_xlabel("key block (128 tokens)")
     ax.set_ylabel("query block")
+    for axis in (ax.xaxis, ax.yaxis):  # block numbers, never halves
+        axis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"BlockMask block tables at TTT step {step} (black lines: one block of keys per step)", fontsize=9)
     return fig
 

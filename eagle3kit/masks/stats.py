@@ -52,6 +52,20 @@ def stats(mask: EagleMask) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def blocks_line(mask: EagleMask, step: int = -1) -> str:
+    """What flex attention does with TTT step ``step``'s blocks, in one sentence: how many it skips (empty), runs
+    whole (full) and evaluates the ``mask_mod`` in (partial), out of all query blocks × key blocks."""
+    step = mask.step_index(step)
+    classes = mask.block_classes(step)
+    full, partial, empty = (int((classes == c).sum()) for c in (FULL, PARTIAL, EMPTY))
+    total = classes.numel()
+    runs = f"runs the {full} full ones without the mask_mod and " if full else ""
+    return (f"TTT step {step}: {classes.shape[0]} query blocks × {classes.shape[1]} key blocks = {total} blocks of "
+            f"128×128; flex skips the {empty} empty ones, {runs}evaluates the mask_mod in the {partial} partial "
+            f"ones{'' if full else ' (none is full)'}: it computes {full + partial} of {total} "
+            f"({(full + partial) / total:.0%}); sdpa or eager over the dense mask compute all {total}.")
+
+
 def _check_dense_size(mask: EagleMask) -> None:
     elements = mask.total_seq_len * mask.kv_len(-1)
     if elements > DENSE_CHECK_LIMIT:

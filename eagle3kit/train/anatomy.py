@@ -1,19 +1,26 @@
 """One training step, opened up: forward hooks on the draft's own modules (speculators' ``Eagle3DraftModel``) record
 what each call received and returned while :meth:`~eagle3kit.train.session.TrainSession.step` ran, TTT step by TTT
-step, beside that step's loss for each TTT step. Nothing is recomputed: the shapes are the real step's.
+step, beside that step's loss for each TTT step: the shapes are the real step's, and, where it trained on the CPU's
+block-sparse path, speculators' dense forward on the same batch beside them (what a GPU computes).
 :func:`ttt_loop` prints the loop itself, from the installed speculators' source."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import statistics
 import sys
 import textwrap
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
+
+from eagle3kit.train.forward import speculators_forward
 
 # the draft's modules a step calls, in the order of a TTT step, and what each does there
 ROLES = {
@@ -22,16 +29,17 @@ ROLES = {
     "embed_tokens": "the token each position reads at this TTT step: token i + s (teacher forcing)",
     "layers.0": "the draft's decoder layer over [embedding, hidden state], under the EAGLE-3 mask",
     "norm": "the final norm",
-    "lm_head": "the draft's logits over its vocab, on the rows that carry loss",
+    "lm_head": "the draft's logits over its vocab (the CPU path: only on the rows that carry loss)",
 }
 
 
 @dataclass
 class Anatomy:
-    """The calls of one training step (``calls``: TTT step, module, role, shapes) and its record."""
+    """The calls of one training step (``calls``: TTT step, module, role, shapes), its record and its batch."""
 
     calls: pd.DataFrame
     record: dict
+    batch: dict | None = None
 
     def losses(self, ttt_steps: int) -> str:
         """The step's loss as the sum it is: one KL term a TTT step."""
@@ -51,9 +59,10 @@ def _shape(value: object) -> str:
     return ""
 
 
-def open_step(session) -> Anatomy:
-    """Take the session's next step with hooks on :data:`ROLES`' modules; each call's shapes, in order."""
-    modules = dict(session.model.named_modules())
+@contextlib.contextmanager
+def _recording(model) -> Iterator[list[dict]]:
+    """Forward hooks on :data:`ROLES`' modules of ``model`` while the block runs: each call's shapes, in order."""
+    modules = dict(model.named_modules())
     calls: list[dict] = []
     ttt = {"step": -1}
 
@@ -67,11 +76,55 @@ def open_step(session) -> Anatomy:
 
     handles = [modules[name].register_forward_hook(hook(name)) for name in ROLES if name in modules]
     try:
-        record = session.step()
+        yield calls
     finally:
         for handle in handles:
             handle.remove()
-    return Anatomy(pd.DataFrame(calls), record)
+
+
+def open_step(session) -> Anatomy:
+    """Take the session's next step with hooks on :data:`ROLES`' modules; each call's shapes, in order. Where the
+    session trains with another forward than speculators' own (the block-sparse CPU path), speculators' dense forward
+    then runs once more on the same batch, without a gradient, so each call shows the shapes a GPU computes (``dense
+    input``, ``dense output``) beside the ones this step computed."""
+    batch = session.peek_batch()
+    with _recording(session.model) as calls:
+        record = session.step()
+    frame = pd.DataFrame(calls)
+    if session.forward is not speculators_forward:
+        with _recording(session.model) as dense, torch.no_grad():
+            speculators_forward(session.model, batch, **session.step_kwargs())
+        dense_frame = pd.DataFrame(dense)
+        if list(dense_frame["module"]) == list(frame["module"]):  # the same calls, in the same order
+            frame.insert(3, "dense input", dense_frame["input"])
+            frame.insert(4, "dense output", dense_frame["output"])
+            frame = frame.rename(columns={"input": "this step's input", "output": "this step's output"})
+    return Anatomy(frame, record, batch)
+
+
+def path_seconds(session, batch: dict, repeats: int = 3) -> dict[str, float]:
+    """Seconds of one forward + backward on ``batch`` by speculators' dense forward and by the session's own, in the
+    session's precision, interleaved (load from elsewhere hits both alike), the median of ``repeats`` each; the
+    gradients are cleared after, so no weight moves and the next step is unchanged."""
+    paths = {"speculators' dense forward": speculators_forward, f"the session's ({session.attention})": session.forward}
+    seconds: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(repeats):
+        for name, forward in paths.items():
+            session.model.zero_grad(set_to_none=True)
+            t0 = time.perf_counter()
+            with session.autocast():
+                loss, _ = forward(session.model, batch, **session.step_kwargs())
+            loss.backward()
+            seconds[name].append(time.perf_counter() - t0)
+    session.model.zero_grad(set_to_none=True)
+    return {name: statistics.median(v) for name, v in seconds.items()}
+
+
+def path_line(seconds: dict[str, float]) -> str:
+    """:func:`path_seconds` in one line, with the ratio of the first path to the second."""
+    (dense_name, dense), (own_name, own) = seconds.items()
+    return (f"forward + backward on this batch (medians, interleaved): {dense_name} {dense:.2f} s, {own_name} "
+            f"{own:.2f} s: {dense / own:.2f}x")
 
 
 def ttt_loop(forward: object | None = None) -> str:

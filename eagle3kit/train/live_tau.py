@@ -104,13 +104,21 @@ def trajectory(history: list[dict]) -> str | None:
             "notebook 06 measures τ on all of its held-out set")
 
 
-def milestones(history: list[dict], ttt_steps: int) -> pd.DataFrame:
+MILESTONE_WINDOW = 50  # steps averaged into each row of :func:`milestones` (one batch's loss is noisy)
+
+
+def milestones(history: list[dict], ttt_steps: int, window: int = MILESTONE_WINDOW) -> pd.DataFrame:
     """The run at a glance: its first step, each step that measured live τ, and its last, with the loss and each TTT
-    step's accuracy (``full_acc_k``: the share of positions whose first k + 1 draft tokens were all right) and τ."""
+    step's accuracy (``full_acc_k``: the share of positions whose first k + 1 draft tokens were all right), each the
+    mean of the ``window`` steps up to that row (one batch's figures move with the batch), and τ."""
     import pandas as pd  # noqa: F811 (at run time; the module stays light to import)
 
-    picked = {r["step"]: r for r in history if r is history[0] or r is history[-1] or r.get(TAU) is not None}
     columns = ["loss"] + [f"full_acc_{k}" for k in range(ttt_steps)]
-    rows = [{"step": step, **{c: round(r[c], 3) for c in columns if c in r},
-             "live τ": round(r[TAU], 3) if r.get(TAU) is not None else None} for step, r in picked.items()]
-    return pd.DataFrame(rows).set_index("step")
+    rows = []
+    for i, r in enumerate(history):
+        if i in (0, len(history) - 1) or r.get(TAU) is not None:
+            recent = history[max(0, i - window + 1): i + 1]
+            rows.append({"step": r["step"], "steps averaged": len(recent),
+                         **{c: round(sum(x[c] for x in recent) / len(recent), 3) for c in columns if c in r},
+                         "live τ": round(r[TAU], 3) if r.get(TAU) is not None else None})
+    return pd.DataFrame(rows).drop_duplicates("step", keep="last").set_index("step")

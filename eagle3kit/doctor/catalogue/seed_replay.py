@@ -57,9 +57,10 @@ class SeedStep:
         return self.status not in ("ok", "skipped") or wrong
 
     @property
-    def caught(self) -> bool:
-        """The doctor predicted it: an error finding exactly when the step fails (a skipped step counts as caught)."""
-        return self.status == "skipped" or has_errors(self.predicted) == self.failed
+    def caught(self) -> bool | None:
+        """The doctor predicted it: an error finding exactly when the step fails; None where the step did not run
+        here (a skipped step proves nothing either way)."""
+        return None if self.status == "skipped" else has_errors(self.predicted) == self.failed
 
     def render(self) -> str:
         """The step as text: doctor first, then the run."""
@@ -235,8 +236,10 @@ class SeedReplay:
 
 
 def table(steps: list[SeedStep]) -> pd.DataFrame:
-    """The replay in one table: predicted by the doctor, what happened, and whether the doctor caught it."""
+    """The replay in one table: predicted by the doctor, what happened, and whether the doctor was right (a step
+    that did not run on this machine says so)."""
     return pd.DataFrame([{"step": s.title, "doctor predicts": "; ".join(f.what for f in s.predicted
                                                                           if f.severity == "error") or "no errors",
-                          "status": s.status, "outcome": s.outcome, "mask built": s.mask, "caught": s.caught}
+                          "status": s.status, "outcome": s.outcome, "mask built": s.mask,
+                          "doctor right": {True: "yes", False: "NO", None: "not run here"}[s.caught]}
                          for s in steps])
