@@ -22,8 +22,8 @@ def _of(read: int | None, split: int | None) -> str:
     """"its 369" or "41 of its 369": how many of a split's conversations a measurement read."""
     return f"its {read}" if split is None or read == split else f"{read} of its {split}"
 
-def _tau(value: object) -> str:
-    return "n/a" if value is None else f"{float(value):.2f}"
+def _tau(value: object, decimals: int = 2) -> str:
+    return "n/a" if value is None else f"{float(value):.{decimals}f}"
 
 
 def _headline_tau(s06: dict) -> float | None:
@@ -125,7 +125,8 @@ def _too_close(s06: dict) -> str:
     interval, bar, there = s06.get("tau_vllm_interval"), s06.get("break_even_there"), s06.get("speedup_predicted_there")
     reasons = []
     if interval and bar is not None and interval[0] <= bar <= interval[1]:
-        reasons.append(f"its break-even τ {bar:.3f} lies inside this τ's 95 % interval [{interval[0]:.3f}, "
+        where = "at the edge of" if min(abs(bar - interval[0]), abs(bar - interval[1])) < 5e-4 else "inside"
+        reasons.append(f"its break-even τ {bar:.3f} lies {where} this τ's 95 % interval [{interval[0]:.3f}, "
                        f"{interval[1]:.3f}] over {s06.get('vllm_prompts')} prompts")
     if there is not None and abs(there - 1) <= SINGLE_GPU_ERROR:
         reasons.append(f"the predicted {there:.2f}x lies within the speed model's {SINGLE_GPU_ERROR:.0%} of 1x (its "
@@ -148,8 +149,8 @@ def why(s06: dict) -> str:
     if outside:
         parts.append(f"{outside:.0%} of the tokens of the held-out replies it was scored on (the verifier's greedy "
                      f"continuations) lie outside the draft's vocabulary, which it "
-                     "can never propose: a cap that only a larger `draft_vocab_size`, or one counted on data nearer "
-                     "these replies, lifts.")
+                     "can never propose: a cap on τ, which a larger `draft_vocab_size` lifts at the cost of a larger "
+                     "head to train (notebook 07 weighs the two with the recipe lab's vocab rows).")
     trained_acc, val_acc = s06.get("train_full_acc_0"), s06.get("val_full_acc_0")
     if trained_acc is not None and val_acc is not None:
         gap = trained_acc - val_acc
@@ -194,18 +195,24 @@ def handoff_table(rows: list[tuple[str, str]]) -> str:
 
 
 def verdict_line(s06: dict) -> str:
-    """The verdict in one sentence, for the conclusion's head: serve or not here (measured), and on the planned GPU
-    (predicted, or too close to call); :func:`verdict` says it in full, with its reasons."""
-    speed, there, bar = s06.get("tokens_per_s_vllm"), s06.get("speedup_predicted_there"), s06.get("break_even_there")
+    """The verdict in one sentence, for the conclusion's head: on this CPU (measured; many sequences at once, and one
+    at a time where measured, said apart) and on the planned GPU (predicted, or too close to call); :func:`verdict`
+    says it in full, with its reasons."""
+    speed, alone = s06.get("tokens_per_s_vllm"), s06.get("tokens_per_s_vllm_alone")
+    there, bar = s06.get("speedup_predicted_there"), s06.get("break_even_there")
     parts = []
     if speed:
         ratio = speed["draft"] / speed["plain"]
-        parts.append(f"{'serve' if ratio >= 1 else 'do not serve'} it on this CPU ({ratio:.2f}x, measured in vLLM)")
+        parts.append(f"{'serve' if ratio >= 1 else 'do not serve'} it on this CPU for many users at once ("
+                     f"{ratio:.2f}x with {s06.get('vllm_batch')} sequences, measured in vLLM)")
+    if alone:
+        parts.append(f"one user at a time it measured {alone['draft'] / alone['plain']:.2f}x on "
+                     f"{s06.get('vllm_alone_prompts')} prompts, too few to call")
     if there is not None:
         gpu = f"on one {s06.get('plan_gpu')} ({s06.get('plan_verifier')}, batch {s06.get('serve_batch')})"
-        said = (f"too close to call ({there:.2f}x predicted; it pays above τ {_tau(bar)}, within this run's noise)"
-                if _too_close(s06) else f"it would {'pay' if there >= 1 else 'not pay'} ({there:.2f}x predicted; it "
-                f"pays above τ {_tau(bar)})")
+        said = (f"too close to call ({there:.2f}x predicted; it pays above τ {_tau(bar, 3)}, within this run's "
+                "noise)" if _too_close(s06) else f"it would {'pay' if there >= 1 else 'not pay'} ({there:.2f}x "
+                f"predicted; it pays above τ {_tau(bar, 3)})")
         parts.append(f"{gpu} {said}")
     text = "; ".join(parts) or "no speed was measured or predicted in this run"
     return f"**Verdict: {text[0].upper()}{text[1:]}.**"
@@ -213,31 +220,34 @@ def verdict_line(s06: dict) -> str:
 
 def numbers_table(s06: dict) -> str:
     """The verdict's numbers as a short Markdown table: τ (one headline, MT-bench beside it, untrained) and what it
-    buys, each with what measured it; :func:`details` says each in full."""
+    buys, each with what measured it and how it was counted; :func:`details` says each in full."""
     k, served = s06.get("k"), s06.get("tau_vllm") is not None
     interval = s06.get("tau_vllm_interval") if served else None
-    said = _tau(_headline_tau(s06)) + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+    said = _tau(_headline_tau(s06), 3) + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
     held = s06.get("vllm_prompts") if served else s06.get("held_out_prompts")
     rows = [("τ on held-out prompts (the headline)", f"**{said}**",
-             f"{'vLLM' if served else 'simulated'}, {held} prompts, k = {k} (at most {k + 1 if k else '?'})")]
+             f"{'vLLM' if served else 'simulated'}, {held} prompts, all rounds pooled; k = {k} (at most "
+             f"{k + 1 if k else '?'})")]
     bench = s06.get("mt-bench_vllm") or s06.get("mt-bench_sim")
     if bench:
-        rows.append(("τ on MT-bench's first turns", bench_tau(bench, with_pooled=False),
+        pooled = f"; pooled {bench['pooled']:.3f}" if bench.get("pooled") is not None else ""
+        rows.append(("τ on MT-bench's first turns", f"{bench['tau']:.3f} [{bench['low']:.3f}, {bench['high']:.3f}]",
                      f"{'vLLM' if s06.get('mt-bench_vllm') else 'simulated'}, {s06.get('mt-bench_prompts')} prompts, "
-                     "mean over prompts"))
+                     f"mean over prompts (the lab's count{pooled})"))
     rows.append(("τ of the same draft untrained", _tau(s06.get("tau_untrained")), "simulated"))
     speed, alone = s06.get("tokens_per_s_vllm"), s06.get("tokens_per_s_vllm_alone")
     if speed:
         rows.append((f"speed here, {s06.get('vllm_batch')} sequences together",
                      f"{speed['draft'] / speed['plain']:.2f}x",
-                     "vLLM CPU build, tokens/s with the draft ÷ without"))
+                     "vLLM CPU build, tokens/s with the draft ÷ without, every prompt of its run at once"))
     if alone:
         rows.append(("speed here, one prompt at a time", f"{alone['draft'] / alone['plain']:.2f}x",
                      f"the same, {s06.get('vllm_alone_prompts')} prompts (a first look)"))
     there = s06.get("speedup_predicted_there")
     if there is not None:
-        rows.append((f"speed on one {s06.get('plan_gpu')}, {s06.get('plan_verifier')}, batch {s06.get('serve_batch')}",
-                     f"{there:.2f}x (pays above τ {_tau(s06.get('break_even_there'))})",
+        rows.append((f"speed of a {s06.get('plan_verifier')} draft accepting as this one, on one "
+                     f"{s06.get('plan_gpu')}, batch {s06.get('serve_batch')}",
+                     f"{there:.2f}x (pays above τ {_tau(s06.get('break_even_there'), 3)})",
                      f"predicted by eagle3kit's speed model (±{SINGLE_GPU_ERROR:.0%}) at this acceptance"))
     return "\n".join(["| | this run | measured by |", "|---|---|---|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)])
 

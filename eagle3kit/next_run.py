@@ -171,20 +171,19 @@ def levers(s06: dict, s04: dict, lab: Lab) -> list[str]:
         more = sorted((r for r in lab.beside if "+more-data" in r.name and "held-out" in r.delta),
                       key=lambda r: (r.budget, r.conversations or 0))
         said = ", ".join(f"{r.delta['held-out'].mean:+.3f} with {r.conversations} replies at {r.budget:g} min"
+                         + ("" if r.delta["held-out"].low > 0 else " (no measured gain: its interval spans 0)")
                          for r in more)
         out.append(f"**More conversations, with the minutes to train on them** (the **Next** line's point): it "
                    f"memorised (first guess {trained_acc:.2f} on its training split, {val_acc:.2f} on validation)."
                    + (f" At equal minutes the recipe lab measured held-out τ {said}, each against its frontier "
-                      "(intervals in the appendix): replies alone go only so far." if more else ""))
+                      "(intervals in the appendix)." if more else ""))
     outside, vocab = s06.get("outside_vocab_share"), s04.get("draft_vocab_size")
     if outside and outside >= OUTSIDE_VOCAB_CAP and vocab:
-        head = f"{outside:.0%} of held-out reply tokens lie outside it, a cap on τ"
-        larger, said = vocab_cap.larger_that_gained(lab, vocab), vocab_cap.evidence(lab)
-        if larger:
-            out.append(f"**`--set draft_vocab_size={vocab_cap.size(larger)}`**: {head}; {said}.")
-        else:
-            out.append(f"**Keep the {vocab}-token vocab**: {head}, but not the lever to raise at this scale: "
-                       + (vocab_cap.keep_reason(lab, vocab) if said else "no lab row has measured it."))
+        head = f"{outside:.0%} of held-out reply tokens lie outside the {vocab}-token vocab, a cap on τ"
+        to, why = vocab_cap.advice(lab, vocab)
+        said = vocab_cap.evidence(lab) or "no lab row has measured another size"
+        out.append(f"**`--set draft_vocab_size={to}`**: {head}, yet {said}: {why}." if to else
+                   f"**Keep the {vocab}-token vocab**: {head}, but {said}: {why}.")
     return out
 
 

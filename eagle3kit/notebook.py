@@ -23,6 +23,7 @@ from eagle3kit.data.directory import DataDir
 from eagle3kit.runner import read_summary
 
 MAX_COLWIDTH = 120  # characters of a table cell before pandas cuts it (the repository's line length)
+TABLE_WIDTH = 200  # characters of a table's text line before pandas wraps its columns below each other
 DRAFT_CONFIG = "draft_config"  # notebook 01's draft config.json folder in the workdir
 DATA = "data"  # notebook 04's data directory
 CHECKPOINT_05 = "checkpoint_05"  # notebook 05's checkpoint, which 06 resumes
@@ -50,6 +51,7 @@ def setup(workdir: str | os.PathLike, seed: int | None = None, threads: int | No
     if threads is not None:
         torch.set_num_threads(threads)
     pd.set_option("display.max_colwidth", MAX_COLWIDTH)
+    pd.set_option("display.width", TABLE_WIDTH)  # a saved table's text wraps less
     path = Path(workdir)
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -42,6 +42,7 @@ import time
 import pandas as pd
 from IPython.display import display
 
+from eagle3kit.draft.config import DraftSpec
 from eagle3kit.figures import show_widget
 from eagle3kit.masks import plots as mask_plots
 from eagle3kit.masks.explorer import MaskExplorer
@@ -186,11 +187,14 @@ mask_plots.plot_stats(mask, table)
 # Draft layers listed as sliding-window layers get `kv > q - window` in the causal rule: long documents become a band.
 #
 # The draft notebook 01 built has this rule in every layer: speculators' default lists no full-attention layer
-# (`full_attention_indices` empty), with the `sliding_window` notebook 01's table shows. Training documents are cut to
-# notebook 04's `seq_length`, shorter than that window in every preset, so in training the band never bites; here the
-# window is `sliding_window` (set above, smaller) so that the band shows at this length.
+# (`full_attention_indices` empty), with a window of 2048 tokens (the `sliding_window` of its config, printed below).
+# The CPU presets' training samples are far shorter (notebook 04 cuts the user turn and caps the verifier's reply, as
+# the training-scale section above does), so on this machine the band never bites in training; a GPU run on longer
+# documents (the plan's 8192-token packs) meets it. Here the
+# window is this notebook's `sliding_window` (set above, smaller) so that the band shows at this length.
 
 # %%
+print(f"the draft's own window: {DraftSpec.sliding_window} tokens; this view's: {sliding_window}")
 windowed = build_mask(packed, total_seq_len, ttt_steps, sliding_window)
 display(mask_plots.plot_token_mask(windowed, region=mask_plots.corner(total_seq_len, 4 * sliding_window)))
 window_pairs(mask, windowed)  # the query-key pairs each TTT step's mask lets attend

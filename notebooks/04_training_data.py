@@ -94,11 +94,12 @@ dvs = draft_vocab_size or None
 # All three write the rows `regenerate-responses` writes (`bench/regeneration_engines.py` measures their speed). The
 # replies are saved as they come: an interrupted run resumes.
 #
-# Below, two of the verifier's replies as the draft will be trained on them: the first that does not loop and the
-# first that does. A small verifier decoding greedily often falls into a loop, repeating one sentence with a counter
-# that grows ("1. The first step is ... 2. The second step is ..."). That is not a bug in the data: it is what this
-# verifier writes, so it is what the draft must learn to predict and what it will be served on (a loop is easy to
-# predict: notebook 07 shows a typical reply first, not a loop). The count says how many of the replies loop.
+# The verifier answers a few more prompts than the training and held-out sets need (`SPARE_PROMPTS`, printed below),
+# since a prompt it answers with nothing is dropped. Below, two of its replies: the first that does not loop and the
+# first that does (either may land in the held-out part). A small verifier decoding greedily often falls into a loop,
+# repeating one sentence with a counter that grows ("1. The first step is ... 2. The second step is ..."). That is not
+# a bug in the data: it is what this verifier writes, so it is what the draft must learn to predict and what it will
+# be served on (notebook 07 shows a typical reply first, not a loop). The count says how many of the replies loop.
 
 # %%
 source = None
@@ -107,7 +108,7 @@ if regenerate_tokens:
                        n_conversations=n_conversations + held_out + SPARE_PROMPTS,
                        max_new_tokens=regenerate_tokens, max_prompt_tokens=regenerate_prompt_tokens, seed=seed)
     source = regen.path
-    print(regen.line())
+    print(regen.line(), f"({n_conversations} to train + {held_out} held out + {SPARE_PROMPTS} spare prompts asked)")
     display(folded(pd.Series(vars(regen)).to_frame("value"), "every field of the regeneration (click to open)"))
     replies = conv.read_jsonl(source)
     looping = [loops(r) for r in replies]

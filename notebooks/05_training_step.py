@@ -18,7 +18,7 @@
 #
 # **Headline.** This notebook trains the draft on notebook 04's data with speculators' own model and loss, one step at
 # a time, then proves the run is sound: it resumes bit for bit, it overfits one conversation, and speculators' own
-# trainer runs the very same configuration. What you train here is what a GPU cluster trains.
+# trainer runs the very same configuration: the model, loss and settings a GPU cluster trains, at a CPU's scale.
 #
 # `TrainSession` trains speculators' own `Eagle3DraftModel` on the data directory of notebook 04, one packed batch per
 # `step()`, exactly as one iteration of speculators' `Trainer` would on one GPU: same batches (`ArrowDataset` +
@@ -61,6 +61,7 @@ import time
 import torch
 
 from eagle3kit.data.directory import DataDir
+from eagle3kit.evaluate import recipes
 from eagle3kit.data.loader import held_out_conversations
 from eagle3kit.data.plots import plot_batch
 from eagle3kit.draft.config import DraftSpec
@@ -100,16 +101,20 @@ if from_01:
     print("draft shape from notebook 01:", config_01)
 print(f"data: {data} ({len(session.batches.dataset)} of its {data.n_samples} samples train, the rest is speculators' "
       f"validation split (train_data_ratio {session.settings.train_data_ratio}); {len(session.batches)} packed batches "
-      f"of {total_seq_len} tokens per epoch)")
+      f"of {total_seq_len} tokens in the first epoch: the sampler packs each epoch anew, so later ones hold a few "
+      "more or fewer)")
 print(f"draft: {b.spec.num_layers} layer(s), aux layers {b.aux_layer_ids}, draft vocab {b.config.draft_vocab_size}, "
       f"attention {b.attention.implementation} (the draft's config, what vLLM and speculators' trainer build), loss "
       f"{session.settings.loss_implementation}, device {session.device}; the training forward here: {session.attention}")
 display(sets_table(session, len(held_out_conversations(session.data)), live_tau.PROMPTS))
 if warm_start_layer is not None:
     print(f"warm start: the draft layer, fc and norm start from verifier layer {warm_start_layer} "
-          "(eagle3kit.draft.warm_start)")
-print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}); "
-      f"ready in {time.perf_counter() - t0:.1f}s")
+          "(eagle3kit.draft.warm_start); speculators' random init instead: "
+          + (recipes.evidence(recipes.read_lab(), "random-init") or "not measured by the recipe lab"))
+taken_here = first_steps + run_steps
+print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}: a short warmup, then the LR decays "
+      f"to 0); this notebook takes {taken_here} of them ({taken_here / session.total_steps:.0%} of the way down) and "
+      f"notebook 06 trains on from its checkpoint; ready in {time.perf_counter() - t0:.1f}s")
 
 # %% [markdown]
 # ## Before a long run: can the draft overfit one conversation?
@@ -167,9 +172,9 @@ plot_step(record)
 # %% [markdown]
 # ## One step, opened up
 #
-# What that last step computed, call by call: forward hooks on the draft's own modules recorded each call's input and
-# output shapes (batch × positions × features). The `dense` columns are speculators' own forward on the same batch
-# (what a GPU runs: every one of the pack's `total_seq_len` positions at every call); read them first.
+# What that last step computes, call by call: forward hooks on the draft's own modules recorded each call's input and
+# output shapes (batch × positions × features) in speculators' own forward on the step's batch, what a GPU runs:
+# every one of the pack's `total_seq_len` positions at every call.
 #
 # - **Once a step:** `fc` turns the verifier's aux hidden states (three layers, concatenated) into one hidden vector
 #   a position; the verifier's own head turns its stored last state into the **targets**, its next-token
@@ -181,16 +186,18 @@ plot_step(record)
 # - **The loss:** step *s*'s logits at position *i* are trained toward the verifier's distribution at *i* + *s*; one
 #   KL divergence a TTT step, added up (the line under the table).
 #
-# **A CPU note** (the `this step's` columns): this CPU trained the step on eagle3kit's block-sparse path, which
+# **A CPU note** (the two lines under the loss): this CPU trained the step on eagle3kit's block-sparse path, which
 # computes fewer rows with the same loss and gradients (tests hold it to the dense forward at 1e-5): it drops the
 # padding after the last document (`fc`), runs the decoder layer only on rows whose chain of TTT steps can still reach
 # a loss (a prompt token far from any reply cannot), and `lm_head` only on rows that carry loss. The last line times
-# both on this very batch, forward and backward, in this run's precision: what the CPU path saves a step.
+# both paths on this very batch, forward and backward, in this run's precision.
 
 # %%
-display(opened.calls.drop(columns="role"))
+display(opened.dense())
 print(opened.losses(session.ttt_steps))
-print(path_line(path_seconds(session, opened.batch)))  # no weight moves: the gradients are cleared after
+if opened.cpu_line():
+    print(opened.cpu_line())
+    print(path_line(path_seconds(session, opened.batch)))  # no weight moves: the gradients are cleared after
 
 # %% [markdown]
 # The loop itself, as speculators writes it (its installed source, comments and line breaks removed): per TTT step the
@@ -237,8 +244,9 @@ plot_batch(batch["document_ids"], session.ttt_steps, batch["loss_mask"])
 #
 # Under the run, the table reads it at a glance: the first step, each live τ and the last, each row's loss and
 # accuracies the mean of the 50 steps up to it (one batch's figures move with the batch: its lengths, how much of it is
-# reply), and the figure draws every step, smoothed. A row a little worse than the one before it is such noise; the
-# trend is what counts.
+# reply), and the figure draws every step, smoothed. Loss and accuracy are read on training batches; live τ on prompts
+# the draft never saw, a few short replies (the line above the table gives their lengths). Notebook 06 measures τ on
+# all the held-out prompts and asks whether the draft learnt the language or its training replies.
 
 # %%
 if tau_every:

@@ -246,8 +246,9 @@ else:
 # ## What it buys: speed here, measured, and on the planned GPU, predicted
 #
 # The first table sets tokens/s with the draft beside tokens/s without it, **measured the same way** (same prompts,
-# engine and batch, warm): every prompt of vLLM's run decoded together (`batch`), then the first few one at a time
-# (batch 1, as one chat user is served). Why the draft slows this CPU is in the appendix.
+# engine and batch, warm): every prompt of vLLM's run decoded together (`batch`: the held-out prompts and the
+# benchmark's, many users at once), then the first few one at a time (batch 1, as one chat user is served). Why the
+# draft slows this CPU at the large batch is in the appendix.
 #
 # The second is a prediction for the planned GPU run: `eagle3kit plan`'s speed model (the verifier's and the draft's
 # bytes and FLOPs at a stated share of the GPU's peak, plus published engine overheads; `bench/speedup.py` checks it

@@ -17,8 +17,9 @@
 # # 07 · Why τ is what it is: every token's fate, where the draft fails, and τ against context length
 #
 # **Headline.** Notebook 06 gave the verdict; this notebook is the diagnosis. It colours every token of the verifier's
-# reply by what the draft did with it, counts where the draft fails by kind of token, and takes a first look at τ as
-# the context grows (a few prompts a length), so you know what more training has to fix.
+# reply by what the draft did with it and counts where the draft fails by kind of token, so you know what more
+# training has to fix; it ends with a first look at τ as the context grows (a few prompts a length: a pointer to the
+# full measurement, `eagle3kit evaluate --bench long-context`, not a result).
 #
 # Notebook 06 measured *how much* the draft is accepted: τ per prompt, per category, per draft position. This notebook
 # shows *what* is accepted and where it breaks, for the very draft 06 exported and the very replies it scored (nothing
@@ -136,8 +137,8 @@ show_widget(viewer.widget)  # a saved notebook shows a line of text; the two rep
 # A *target* is a reply token the draft was asked for (accepted, or rejected in favour of the verifier's own token);
 # a *failure* is a rejected one. Each target is counted in every class it belongs to: a word start (a letter after
 # whitespace), a number (any digit), punctuation, code (inside a fenced block) and a token outside the draft's
-# vocabulary, which the draft can never propose. A token can be in several classes (a word start inside code), so the
-# "share of failures" column adds up to more than 1.
+# vocabulary, which the draft can never propose. A token can be in several classes (a word start inside code) or in
+# none (the middle of a word), so the "share of failures" column need not add up to 1.
 #
 # Below the table, τ on all the held-out prompts as the sum it is: one token of the verifier's own a round, plus the
 # draft tokens accepted a round at each depth. Every later depth needs the first proposal accepted, so the count that
@@ -232,6 +233,6 @@ record_summary(workdir, "07", tau_shown_held_out=round(shown.tau, 3),
 print(f"notebook 07 took {time.perf_counter() - started:.0f}s after its imports")
 
 # %% [markdown]
-# **What you have now:** which tokens the draft misses and whether τ holds up at longer contexts. **What to do
-# next:** the levers in notebook 06's conclusion (more conversations, more steps: the recipe lab's frontier), then the
-# GPU hand-off it lists: `eagle3kit plan` → `eagle3kit launch` → `torchrun`.
+# **What you have now:** which tokens the draft misses and a first look at τ at longer contexts. **What to do
+# next:** the levers in notebook 06's conclusion (more conversations with the minutes to train on them: the recipe
+# lab's frontier), then the GPU hand-off it lists: `eagle3kit plan` → `eagle3kit launch` → `torchrun`.

@@ -32,6 +32,10 @@ def test_a_step_opened_up_lists_each_ttt_steps_calls_and_its_loss_terms(tiny_dat
     assert (layers["dense output"] == f"1×{SEQ}×{hidden}").all()
     rows = [int(shape.split("×")[1]) for shape in layers["this step's output"]]
     assert all(r <= SEQ for r in rows) and min(rows) < SEQ  # the CPU path computes fewer rows than the dense one
+    assert list(opened.dense()["input"]) == list(calls["dense input"])  # the GPU's view, first in notebook 05
+    said = opened.cpu_line()
+    assert said.startswith("This CPU's block-sparse step computed ") and f"`layers.0` on {min(rows)}" in said
+    assert f"of {SEQ} rows" in said
     said = opened.losses(session.ttt_steps)
     terms = [opened.record[f"loss_{s}"] for s in range(session.ttt_steps)]
     assert abs(sum(terms) - opened.record["loss"]) < 1e-4 and " + ".join(f"{t:.3f}" for t in terms) in said
@@ -45,6 +49,7 @@ def test_a_step_on_speculators_own_forward_has_no_second_dense_pass(tiny_data):
                            attention="speculators")
     calls = open_step(session).calls
     assert session.forward is speculators_forward and "dense input" not in calls and "input" in calls
+    assert open_step(session).cpu_line() is None
 
 
 def test_the_ttt_loop_is_the_installed_speculators_source_and_a_forward_without_one_is_refused():

@@ -53,6 +53,9 @@ def test_hf_flex_attention_gets_a_dense_mask_and_is_not_correct(steps):
     assert s.mask == "bool dense"
     assert s.failed, f"transformers' flex_attention ran like eager: {s.render()}"
     assert "mask_mismatch" in {f.check for f in s.predicted} and s.caught
+    # on a CPU the fix is the auto rule's sdpa, not the flex path step 1 saw fail here (issue 50's review)
+    mismatch = next(f for f in s.predicted if f.check == "mask_mismatch")
+    assert '"sdpa"' in mismatch.fix and "simple_flex_attention" not in mismatch.fix
 
 
 def test_the_twist_fails_the_same_with_the_probes_cheaper_draft_vocab(replay):

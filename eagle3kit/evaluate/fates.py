@@ -149,9 +149,9 @@ def beside_its_set(records: list, index: int) -> str:
     where = ("an easy one" if below >= 0.75 * len(taus) else "a hard one" if below <= 0.25 * len(taus)
              else "near the middle")
     pooled = 1 + sum(r.accepted for r in records) / sum(r.rounds for r in records)
-    return (f"this prompt's τ {mine:.3f} against the set's {pooled:.3f} (all rounds pooled, as notebook 06 counts its "
-            f"headline; the median prompt {float(np.median(taus)):.3f}) over {len(taus)} prompts: above {below} of "
-            f"them, {where}")
+    return (f"this prompt's τ {mine:.3f} against the set's {pooled:.3f} (simulated, all rounds pooled: notebook 06's "
+            f"simulated τ of the set; the median prompt {float(np.median(taus)):.3f}) over {len(taus)} prompts: above "
+            f"{below} of them, {where}")
 
 
 def typical(records: list, replies: list[str]) -> int:

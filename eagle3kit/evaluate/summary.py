@@ -136,9 +136,9 @@ def summary_numbers(sim: dict[str, Acceptance], real: dict[str, DecodeRun], gate
         "vllm_batch": None if vllm is None else vllm.decoded_together,
         "vllm_version": None if vllm is None else vllm.vllm_version,
         "vllm_lossless": None if vllm is None else vllm.lossless == len(vllm.outputs_plain),
-        "tokens_per_s_vllm": None if vllm is None else {r: round(v, 1) for r, v in vllm.tokens_per_s.items()},
+        "tokens_per_s_vllm": None if vllm is None else {r: round(v, 3) for r, v in vllm.tokens_per_s.items()},
         "tokens_per_s_vllm_alone": None if vllm is None or not vllm.tokens_per_s_alone else {
-            r: round(v, 1) for r, v in vllm.tokens_per_s_alone.items()},
+            r: round(v, 3) for r, v in vllm.tokens_per_s_alone.items()},  # to 3 decimals: their ratio as measured
         "vllm_alone_prompts": None if vllm is None or not vllm.tokens_per_s_alone else vllm.alone["draft"]["prompts"],
         "tau_vllm_interval": None if vllm is None or not vllm.histograms else [
             round(x, 3) for x in vllm_interval(vllm)]}

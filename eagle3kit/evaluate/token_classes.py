@@ -121,21 +121,30 @@ def worst_line(table: pd.DataFrame) -> str:
     total = table.loc[ALL]
     if not total["targets"]:
         return "The draft was asked for no token here (every reply ended before its first round)."
-    rated = table.drop(index=[ALL, OUTSIDE])
-    rated = rated[rated["targets"] >= MIN_TARGETS]
-    overall = (f"Over every target, {int(total['failed'])} of {int(total['targets'])} failed "
-               f"({total['failure rate']:.0%})")
+    classes = table.drop(index=[ALL, OUTSIDE])
+    rated = classes[classes["targets"] >= MIN_TARGETS]
+    few = classes[(classes["targets"] > 0) & (classes["targets"] < MIN_TARGETS)]
     outside = int(table.loc[OUTSIDE, "targets"]) if OUTSIDE in table.index else 0
+    proposable = int(total["targets"]) - outside  # every target outside the vocab fails: the rest is the fair base
+    overall = (f"Over the {proposable} targets it could propose, {int(total['failed']) - outside} failed "
+               f"({(int(total['failed']) - outside) / proposable:.0%}); over all {int(total['targets'])}, "
+               f"{int(total['failed'])} ({total['failure rate']:.0%})" if outside and proposable else
+               f"Over every target, {int(total['failed'])} of {int(total['targets'])} failed "
+               f"({total['failure rate']:.0%})")
+    if len(few):
+        overall = (", ".join(f"{c} {int(r['failed'])}/{int(r['targets'])}" for c, r in few.iterrows())
+                   + f": too few targets to compare (under {MIN_TARGETS}). " + overall)
     cap = (f" {outside} of the {int(total['targets'])} targets ({outside / total['targets']:.0%}) lie outside the "
-           "draft vocab, which it can never propose: a larger draft vocab (or one counted on data nearer these "
-           "replies) lifts that cap." if outside else "")
+           "draft vocab, which it can never propose: a cap on τ (the table below weighs it against the cost of a "
+           "larger vocab)." if outside else "")
     if rated.empty:
         return f"No class the draft can propose has {MIN_TARGETS} targets yet. {overall}.{cap}"
     bounds = {c: wilson(int(r["failed"]), int(r["targets"])) for c, r in rated.iterrows()}
     name = rated["failure rate"].idxmax()
     row = rated.loc[name]
     if all(bounds[name][0] > bounds[c][1] for c in rated.index if c != name):  # an ordering only where they separate
-        return (f"By class, it fails most on {name} tokens: {int(row['failed'])} of "
+        return (f"By class, of those with at least {MIN_TARGETS} targets, it fails most on {name} tokens: "
+                f"{int(row['failed'])} of "
                 f"{int(row['targets'])} failed ({row['failure rate']:.0%}, 95 % interval {bounds[name][0]:.0%}–"
                 f"{bounds[name][1]:.0%}). {overall}.{cap}")
     def said(c: str) -> str:
@@ -151,8 +160,8 @@ def worst_line(table: pd.DataFrame) -> str:
     below = [c for c in ranked if bounds[top][0] > bounds[c][1]]
     others = [c for c in ranked if c != top and c not in below]
     rest = (f"; {', '.join(map(said, others))} cannot be told apart from {top} by these counts" if others else "")
-    return (f"By class, one difference is measured: {top} tokens fail more often than "
-            f"{', '.join(map(said, below))} (those intervals lie below {top}'s, {said(top)}){rest}. {overall}.{cap}")
+    return (f"By class, one difference is measured: {top} tokens ({said(top)}) fail more often than "
+            f"{', '.join(map(said, below))}: their 95 % intervals separate{rest}. {overall}.{cap}")
 
 
 def rejected_first(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> tuple[int, int]:

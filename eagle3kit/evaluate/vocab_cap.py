@@ -44,21 +44,34 @@ def larger_that_gained(lab: Lab, vocab: int) -> LabRow | None:
     return max(gains, key=lambda r: r.delta[ON].mean) if gains else None
 
 
-def keep_reason(lab: Lab, vocab: int) -> str:
-    """Why the lab's rows keep a ``vocab``-token draft vocab (none of its larger ones gained), as a clause."""
-    smaller = any(size(r) < vocab and r.delta[ON].low > 0 for r in lab_rows(lab))
-    return (f"{evidence(lab)}. At this scale a larger head trains slower than its wider cover gains"
-            + ("; a smaller one trains faster though it lowers the cap." if smaller else "."))
+def smaller_that_gained(lab: Lab, vocab: int) -> LabRow | None:
+    """The lab's smaller vocab whose gain held (interval above 0), the largest gain of them; None where none did."""
+    gains = [r for r in lab_rows(lab) if size(r) < vocab and r.delta[ON].low > 0]
+    return max(gains, key=lambda r: r.delta[ON].mean) if gains else None
+
+
+def advice(lab: Lab, vocab: int) -> tuple[int | None, str]:
+    """(the size the lab's rows point to, None to keep ``vocab``; why, a clause after the measured rows): a larger
+    vocab whose gain held first, else a smaller one whose gain held (its head trains faster, though it lowers the
+    cap), else keep ``vocab``."""
+    larger, smaller = larger_that_gained(lab, vocab), smaller_that_gained(lab, vocab)
+    if larger:
+        return size(larger), f"`vocab-{size(larger)}` gained on the lab's base recipe, not yet tried on its frontier's"
+    if smaller:
+        return size(smaller), (f"`vocab-{size(smaller)}` gained on the lab's base recipe (its head is smaller to "
+                               "train, its cap lower; the lab measured the sum, not the two apart), not yet tried on "
+                               "its frontier's")
+    return None, "no other size gained at this scale"
 
 
 def why_this_size(lab: Lab, vocab: int) -> str:
-    """Whether the lab's rows say to change a ``vocab``-token draft vocab, in one sentence."""
+    """What the lab's rows say about a ``vocab``-token draft vocab, in one sentence."""
     if not lab_rows(lab):
         return f"No lab row has measured another size than {vocab}."
-    larger = larger_that_gained(lab, vocab)
-    if larger:
-        return f"A larger vocab gained: {evidence(lab)}; `--set draft_vocab_size={size(larger)}`."
-    return f"Why {vocab} stays: {keep_reason(lab, vocab)}"
+    to, why = advice(lab, vocab)
+    if to is None:
+        return f"Keep {vocab}: {evidence(lab)}; {why}."
+    return f"Try `--set draft_vocab_size={to}` instead of {vocab}: {evidence(lab)}; {why}."
 
 
 def table(counts: list[tuple[str, str, int | None, int | None, float | None]]) -> pd.DataFrame:

@@ -29,7 +29,7 @@ ROLES = {
     "embed_tokens": "the token each position reads at this TTT step: token i + s (teacher forcing)",
     "layers.0": "the draft's decoder layer over [embedding, hidden state], under the EAGLE-3 mask",
     "norm": "the final norm",
-    "lm_head": "the draft's logits over its vocab (the CPU path: only on the rows that carry loss)",
+    "lm_head": "the draft's logits over its vocab",
 }
 
 
@@ -40,6 +40,34 @@ class Anatomy:
     calls: pd.DataFrame
     record: dict
     batch: dict | None = None
+
+    def dense(self) -> pd.DataFrame:
+        """The calls with speculators' dense shapes only (what a GPU computes), as ``input`` / ``output``; the calls
+        as they are where the step ran speculators' own forward."""
+        if "dense input" not in self.calls:
+            return self.calls
+        return (self.calls[["TTT step", "module", "role", "dense input", "dense output"]]
+                .rename(columns={"dense input": "input", "dense output": "output"}))
+
+    def cpu_line(self) -> str | None:
+        """Where the step computed fewer rows than the dense forward: per module, the rows it computed of the
+        dense forward's (None where the step was speculators' own)."""
+        if "dense input" not in self.calls:
+            return None
+
+        def rows(shape: str) -> int:
+            dims = [int(d) for d in shape.split("×")]
+            return dims[-2] if len(dims) >= 2 else dims[-1]
+
+        said = []
+        for module in dict.fromkeys(self.calls["module"]):
+            calls = self.calls[self.calls["module"] == module]
+            mine = sorted({rows(x) for x in calls["this step's output"]})
+            dense = rows(calls["dense output"].iloc[0])
+            if mine != [dense]:
+                said.append(f"`{module}` on {' / '.join(map(str, mine))} of {dense} rows")
+        return ("This CPU's block-sparse step computed " + ", ".join(said) + " (the same loss and gradients)."
+                if said else "This CPU's step computed every row the dense forward does.")
 
     def losses(self, ttt_steps: int) -> str:
         """The step's loss as the sum it is: one KL term a TTT step."""

@@ -44,7 +44,7 @@ from eagle3kit.train.settings import TrainSettings
 # Why eagle3kit writes a value that differs from the speculators CLI default (the explanation table shows them).
 _WHY = {
     "optimizer": "the session's optimizer (TrainSettings.optimizer: eagle3kit defaults to AdamW, the speculators CLI "
-                 "to Muon + AdamW)",
+                 "to Muon, an optimizer that orthogonalises each 2D weight's update, + AdamW on the rest)",
     "muon_lr": "the Muon group's LR written out (speculators resolves unset to lr)",
     "total_seq_len": "the packed length asked for (--total-seq-len); without it a GPU run gets speculators' default",
     "seed": "eagle3kit's seed (TrainSettings.seed, 0 unless --seed): a TrainSession or `eagle3kit rehearse` with it "

@@ -80,8 +80,8 @@ class LiveTau:
         from eagle3kit.evaluate.conventions import TAU_LABEL
 
         return (f"{TAU_LABEL}, simulated on the first {len(self.prompts)} prompts of the held-out set "
-                f"(the verifier's greedy replies, {sum(map(len, self.conts))} tokens in all), every {self.every} "
-                "steps")
+                f"(the verifier's greedy replies: {', '.join(str(len(c)) for c in self.conts)} tokens, shorter than "
+                f"notebook 06's), every {self.every} steps")
 
 
 def tau_points(history: list[dict]) -> tuple[list[int], list[float]]:

@@ -12,7 +12,7 @@ from speculators.losses.utils import _FUSED_LOSS_FN_MAP
 
 from eagle3kit.attention.block_sparse import NAME as BLOCK_SPARSE
 from eagle3kit.doctor.findings import Finding
-from eagle3kit.draft.config import registered_attention_implementations
+from eagle3kit.draft.config import registered_attention_implementations, resolve_attention
 from eagle3kit.masks.eagle_mask import BLOCK, block_size_problem, round_up_to_block
 
 FLEX = ("simple_flex_attention", "flex_attention")
@@ -40,8 +40,9 @@ MISMATCH_WHY = {  # why a backend fails on a mask kind it does not consume
 
 
 def recommended_attention(device: str, training: bool) -> str:
-    """The doctor's rule: sdpa to train without CUDA (flex has no CPU backward), else speculators' flex path."""
-    return "sdpa" if training and not device.startswith("cuda") else "simple_flex_attention"
+    """The doctor's rule is the auto rule (:func:`~eagle3kit.draft.config.resolve_attention`): sdpa on a CPU (flex has
+    no CPU backward, and runs uncompiled and slow there without one), speculators' flex path on CUDA."""
+    return resolve_attention("auto", device, training).implementation
 
 
 def attention_findings(facts: dict, device: str, training: bool, seq_len: int | None,
