@@ -35,6 +35,7 @@ What the notebooks share, above the stages:
 ``presets``     named parameter presets (``ci``, ``demo``, ``full``), each for the CPU it runs on
 ``runner``      the notebooks run in order with papermill
 ``course``      notebook 06's conclusion, generated from the run's summaries, the recipe lab and the presets
+``gpu_steps``   notebook 06's GPU hand-off: the commands from a plan to a served draft, for the user's own data
 ``next_run``    what the next run should be: the lab's frontier as a table, the options that rerun a row, the levers
 """
 

@@ -5,16 +5,13 @@ what the run measured."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from eagle3kit.evaluate.recipes import Lab, frontier_line, read_lab, strongest_lever
 from eagle3kit.next_run import MEMORISED_GAP, frontier_table, minutes_caveat, prompt_sets, reaches, to_change
-from eagle3kit.plan.commands import torchrun_command
+from eagle3kit.gpu_steps import handoff, handoff_table
 from eagle3kit.plan.serving_speed import SINGLE_GPU_ERROR
 from eagle3kit.runner import read_summary
 
-RUN_YAML = "RUN_YAML"  # a placeholder for the user's $RUN/run.yaml (a shell variable, written unquoted)
-LAUNCH_05 = "launch_05"  # notebook 05's launch folder: its run.yaml is what torchrun runs on the GPUs
 
 
 
@@ -164,58 +161,33 @@ def why(s06: dict) -> str:
     return " ".join(parts)
 
 
-def handoff(workdir: str | os.PathLike, s06: dict, n_gpus: int = 8) -> list[tuple[str, str]]:
-    """The GPU hand-off for the user's own verifier and conversations, in order, as (command, what it gives): plan,
-    data, doctor, YAML, a rehearsal, speculators' trainer under torchrun, the doctor on its checkpoint, serving.
-    Notebook 05 ran the same launch and rehearsal on this run's SmolLM2 data (its YAML: ``launch_05/run.yaml``)."""
-    verifier, gpu = s06.get("plan_verifier", "llama-3.1-8b"), s06.get("plan_gpu", "H100-80GB")
-    rehearsed = (f" (notebook 05 rehearsed its `{LAUNCH_05}/run.yaml`)"
-                 if (Path(workdir) / LAUNCH_05 / "run.yaml").exists() else "")
-    best = "$RUN/checkpoints/checkpoint_best"
-    return [(f"eagle3kit plan --verifier $VERIFIER --gpu {gpu} --gpus {n_gpus}",
-             f"disk, GPU memory and hours, before anything runs (this run planned `{verifier}`)"),
-            ("the `eagle3kit data ...` line `plan` printed, with `--source chats.jsonl --out $DATA`",
-             "the verifier's hidden states of your conversations, at the plan's lengths"),
-            ("eagle3kit doctor --data $DATA", "the data checked before a GPU-hour is spent"),
-            (f"eagle3kit launch --data $DATA --out $RUN --gpus {n_gpus} --fsdp --gpu {gpu}",
-             "speculators' TrainConfig YAML, checked to fit, and the torchrun line (`--fsdp`: FSDP2 sharding)"),
-            ("eagle3kit rehearse --config $RUN/run.yaml --out $RUN/rehearsal --ranks 2 --fsdp --steps 2 --compare",
-             f"a few steps of speculators' trainer on CPU ranks, beside eagle3kit's{rehearsed}"),
-            (torchrun_command(RUN_YAML, n_gpus, fsdp=True).replace(RUN_YAML, "$RUN/run.yaml"),
-             "the real run: the line `launch` printed"),
-            (f"eagle3kit doctor --draft {best} --data $DATA --why-tau", "why its τ is what it is"),
-            (f"vllm serve {best}", "serve it")]
-
-
-def handoff_table(rows: list[tuple[str, str]]) -> str:
-    """:func:`handoff` as a Markdown table: step, command, what it gives."""
-    lines = ["| step | command | what it gives |", "|---|---|---|"]
-    return "\n".join(lines + [f"| {i} | {c if c.startswith('the ') else f'`{c}`'} | {what} |"
-                               for i, (c, what) in enumerate(rows, 1)])
-
-
 def verdict_line(s06: dict) -> str:
-    """The verdict in one sentence, for the conclusion's head: on this CPU (measured; many sequences at once, and one
-    at a time where measured, said apart) and on the planned GPU (predicted, or too close to call); :func:`verdict`
-    says it in full, with its reasons."""
+    """The verdict for the conclusion's head, a short bullet per setting: this CPU with many sequences at once and
+    one at a time (measured), and the planned GPU (predicted: pays, not, or too close to call, with MT-bench's side
+    where its interval clears the break-even); :func:`verdict` says it in full, with its reasons."""
     speed, alone = s06.get("tokens_per_s_vllm"), s06.get("tokens_per_s_vllm_alone")
     there, bar = s06.get("speedup_predicted_there"), s06.get("break_even_there")
-    parts = []
+    lines = []
     if speed:
         ratio = speed["draft"] / speed["plain"]
-        parts.append(f"{'serve' if ratio >= 1 else 'do not serve'} it on this CPU for many users at once ("
-                     f"{ratio:.2f}x with {s06.get('vllm_batch')} sequences, measured in vLLM)")
+        lines.append(f"**This CPU, many users at once:** {'serve' if ratio >= 1 else 'do not serve'} it ({ratio:.2f}x "
+                     f"with {s06.get('vllm_batch')} sequences, measured in vLLM).")
     if alone:
-        parts.append(f"one user at a time it measured {alone['draft'] / alone['plain']:.2f}x on "
-                     f"{s06.get('vllm_alone_prompts')} prompts, too few to call")
+        lines.append(f"**This CPU, one user at a time:** {alone['draft'] / alone['plain']:.2f}x on "
+                     f"{s06.get('vllm_alone_prompts')} prompts, too few to call.")
     if there is not None:
-        gpu = f"on one {s06.get('plan_gpu')} ({s06.get('plan_verifier')}, batch {s06.get('serve_batch')})"
-        said = (f"too close to call ({there:.2f}x predicted; it pays above τ {_tau(bar, 3)}, within this run's "
-                "noise)" if _too_close(s06) else f"it would {'pay' if there >= 1 else 'not pay'} ({there:.2f}x "
-                f"predicted; it pays above τ {_tau(bar, 3)})")
-        parts.append(f"{gpu} {said}")
-    text = "; ".join(parts) or "no speed was measured or predicted in this run"
-    return f"**Verdict: {text[0].upper()}{text[1:]}.**"
+        said = (f"too close to call ({there:.2f}x; it pays above τ {_tau(bar, 3)}, within this run's noise)"
+                if _too_close(s06) else f"it would {'pay' if there >= 1 else 'not pay'} ({there:.2f}x; it pays above "
+                f"τ {_tau(bar, 3)})")
+        bench = s06.get("mt-bench_vllm") or s06.get("mt-bench_sim")
+        side = ("" if not bench or bar is None or bench["low"] <= bar <= bench["high"] else
+                f"; MT-bench's τ {bench['tau']:.3f} [{bench['low']:.3f}, {bench['high']:.3f}] lies "
+                f"{'below' if bench['high'] < bar else 'above'} that bar")
+        lines.append(f"**One {s06.get('plan_gpu')}** (a {s06.get('plan_verifier')} draft accepting as this one, batch "
+                     f"{s06.get('serve_batch')}, predicted): {said}{side}.")
+    if not lines:
+        return "**Verdict:** no speed was measured or predicted in this run."
+    return "**Verdict**\n\n" + "\n".join(f"- {line}" for line in lines)
 
 
 def numbers_table(s06: dict) -> str:

@@ -51,7 +51,7 @@ from eagle3kit.masks.refusals import verdicts
 from eagle3kit.masks.tiny import plot_tiny, sees, tiny_mask
 from eagle3kit.masks.stats import blocks_line, equivalence, stats, window_pairs
 from eagle3kit.masks.eagle_mask import COMPILE_ABOVE, build_mask
-from eagle3kit.notebook import setup
+from eagle3kit.notebook import folded, setup
 from eagle3kit.runner import record_summary
 from eagle3kit.verifier import load_tokenizer
 
@@ -210,7 +210,7 @@ window_pairs(mask, windowed)  # the query-key pairs each TTT step's mask lets at
 checks = equivalence(pack(lengths, check_seq_len), check_seq_len, ttt_steps, sliding_window)
 assert checks["equal_to_flex"].all(), checks
 print(f"{len(checks)} comparisons, all equal: {bool(checks['equal_to_flex'].all())}")
-checks
+folded(checks, f"the {len(checks)} comparisons, one a row (click to open)")
 
 # %% [markdown]
 # ## Bad layouts fail early, in one sentence

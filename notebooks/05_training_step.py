@@ -110,7 +110,8 @@ display(sets_table(session, len(held_out_conversations(session.data)), live_tau.
 if warm_start_layer is not None:
     print(f"warm start: the draft layer, fc and norm start from verifier layer {warm_start_layer} "
           "(eagle3kit.draft.warm_start); speculators' random init instead: "
-          + (recipes.evidence(recipes.read_lab(), "random-init") or "not measured by the recipe lab"))
+          + (recipes.evidence(recipes.read_lab(), "random-init") or "not measured by the recipe lab")
+          + "; not yet tried on the frontier's recipe this preset runs, so the preset keeps the warm start")
 taken_here = first_steps + run_steps
 print(f"schedule: {session.total_steps} steps ({session.settings.scheduler_type}: a short warmup, then the LR decays "
       f"to 0); this notebook takes {taken_here} of them ({taken_here / session.total_steps:.0%} of the way down) and "
@@ -188,7 +189,7 @@ plot_step(record)
 #
 # **A CPU note** (the two lines under the loss): this CPU trained the step on eagle3kit's block-sparse path, which
 # computes fewer rows with the same loss and gradients (tests hold it to the dense forward at 1e-5): it drops the
-# padding after the last document (`fc`), runs the decoder layer only on rows whose chain of TTT steps can still reach
+# padding after the last document (`fc` keeps the `ttt_steps` − 1 padding rows a still-correct draft can reach), runs the decoder layer only on rows whose chain of TTT steps can still reach
 # a loss (a prompt token far from any reply cannot), and `lm_head` only on rows that carry loss. The last line times
 # both paths on this very batch, forward and backward, in this run's precision.
 

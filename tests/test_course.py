@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3kit import course, next_run, presets
+from eagle3kit import course, gpu_steps, next_run, presets
 from eagle3kit.evaluate.recipes import read_lab
 from eagle3kit.runner import record_summary
 
@@ -46,12 +46,13 @@ def test_the_conclusion_opens_with_one_verdict_and_a_short_table_and_ends_with_t
     served = {**SIMULATED, "tau_vllm": 1.57, "vllm_prompts": 16, "vllm_batch": 96, "vllm_version": "0.32.0",
               "tokens_per_s_vllm": {"draft": 50.0, "plain": 100.0}, "mt-bench_vllm": SIMULATED["mt-bench_sim"],
               "mt-bench_prompts": 80, "outside_vocab_share": 0.12, "train_full_acc_0": 0.87, "val_full_acc_0": 0.3}
-    (tmp_path / course.LAUNCH_05).mkdir()
-    (tmp_path / course.LAUNCH_05 / "run.yaml").write_text("{}")
+    (tmp_path / gpu_steps.LAUNCH_05).mkdir()
+    (tmp_path / gpu_steps.LAUNCH_05 / "run.yaml").write_text("{}")
     record_summary(tmp_path, "06", **served)
-    assert course.verdict_line(served) == ("**Verdict: Do not serve it on this CPU for many users at once (0.50x with "
-                                           "96 sequences, measured in vLLM); on one H100-80GB (llama-3.1-8b, batch 1) "
-                                           "it would not pay (0.61x predicted; it pays above τ 1.900).**")
+    assert course.verdict_line(served) == (
+        "**Verdict**\n\n- **This CPU, many users at once:** do not serve it (0.50x with 96 sequences, measured in "
+        "vLLM).\n- **One H100-80GB** (a llama-3.1-8b draft accepting as this one, batch 1, predicted): it would not "
+        "pay (0.61x; it pays above τ 1.900); MT-bench's τ 1.130 [1.100, 1.160] lies below that bar.")
     table = course.numbers_table(served).splitlines()
     assert table[2] == ("| τ on held-out prompts (the headline) | **1.570** | vLLM, 16 prompts, all rounds pooled; "
                         "k = 3 (at most 4) |")
@@ -66,16 +67,17 @@ def test_the_conclusion_opens_with_one_verdict_and_a_short_table_and_ends_with_t
     assert "| speed here, one prompt at a time | 0.90x | the same, 4 prompts (a first look) |" in alone
     both = course.verdict_line({**served, "tokens_per_s_vllm_alone": {"draft": 51.0, "plain": 50.0},
                                 "vllm_alone_prompts": 4})  # batch 1 said beside batch 96, never folded into it
-    assert "for many users at once (0.50x with 96 sequences" in both
-    assert "; one user at a time it measured 1.02x on 4 prompts, too few to call;" in both
+    assert "many users at once:** do not serve it (0.50x with 96 sequences" in both
+    assert "- **This CPU, one user at a time:** 1.02x on 4 prompts, too few to call.\n" in both
     why = course.why_line(served)
     assert "10% of rounds" in why and "12% of the tokens of the held-out replies it was scored on" in why
     assert "memorised" in why and "memorised" not in course.why_line({**served, "val_full_acc_0": 0.85})
     assert "τ 1.90" in course.next_line(served, read_lab())
     close = {**served, "tau_vllm_interval": [1.48, 1.95]}  # the break-even inside τ's interval: said so, briefly
-    assert "too close to call (0.61x predicted; it pays above τ 1.900, within this run's noise)" in course.verdict_line(
-        close)
-    assert course.verdict_line({}) == "**Verdict: No speed was measured or predicted in this run.**"
+    assert "too close to call (0.61x; it pays above τ 1.900, within this run's noise)" in course.verdict_line(close)
+    inside = {**close, "mt-bench_vllm": {**SIMULATED["mt-bench_sim"], "low": 1.8, "high": 2.0}}
+    assert "MT-bench" not in course.verdict_line(inside)  # its interval holds the bar: nothing to add
+    assert course.verdict_line({}) == "**Verdict:** no speed was measured or predicted in this run."
     text = course.conclusion(tmp_path)
     assert text.index(course.verdict_line(served)) < text.index(table[2]) < text.index("| step | command |")
     assert "counted by vLLM's" not in text and "counted by vLLM's" in course.details_markdown(tmp_path)
@@ -291,14 +293,14 @@ def test_the_handoff_gives_the_readmes_gpu_commands(tmp_path):
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().split("<!-- gpu-recipe -->", 1)[1]
     lines = [ln.split(" #")[0].strip() for ln in re.search(r"```bash\n(.*?)```", readme, re.S).group(1).splitlines()]
-    rows = course.handoff(tmp_path, {"plan_verifier": "llama-3.1-8b", "plan_gpu": "H100-80GB"})
+    rows = gpu_steps.handoff(tmp_path, {"plan_verifier": "llama-3.1-8b", "plan_gpu": "H100-80GB"})
     torchrun = [c for c, _ in rows if c.startswith("torchrun")]
     assert torchrun == [ln for ln in lines if ln.startswith("torchrun")] and torchrun[0].endswith("--fsdp-shard")
     for tool in ("launch", "rehearse"):
         ours = next(c for c, _ in rows if c.startswith(f"eagle3kit {tool}")).split()
         theirs = next(ln for ln in lines if ln.startswith(f"eagle3kit {tool}")).split()
         assert ("--fsdp" in ours) == ("--fsdp" in theirs) is True
-    without = course.handoff(tmp_path, {})  # the defaults: the same commands
+    without = gpu_steps.handoff(tmp_path, {})  # the defaults: the same commands
     assert [c for c, _ in without] == [c for c, _ in rows]
 
 

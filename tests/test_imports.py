@@ -16,9 +16,9 @@ The layering, lowest first; a module may import its own layer and the layers bel
    ``train.launch`` checks a run fits with it.
 7. ``train``: the session and loop over data; the overfit check decodes with ``evaluate``.
 8. ``doctor``: checks any of the above (draft configs, masks, data directories, exports for vLLM).
-9. ``presets``, ``runner``, ``notebook``, ``course``, ``next_run``: the notebooks' settings (train's settings), running
-   them, what every notebook shares (its first cell's setup, the workdir's data), notebook 06's conclusion and the
-   next run it proposes.
+9. ``presets``, ``runner``, ``notebook``, ``course``, ``next_run``, ``gpu_steps``: the notebooks' settings (train's
+   settings), running them, what every notebook shares (its first cell's setup, the workdir's data), notebook 06's
+   conclusion, the next run it proposes and the GPU hand-off it closes with.
 10. ``cli``: the commands, over everything.
 """
 
@@ -42,7 +42,7 @@ LAYERS: list[set[str]] = [
     {"plan"},
     {"train"},
     {"doctor"},
-    {"presets", "runner", "notebook", "course", "next_run"},
+    {"presets", "runner", "notebook", "course", "next_run", "gpu_steps"},
     {"cli"},
 ]
 

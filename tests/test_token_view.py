@@ -385,6 +385,9 @@ def test_the_vocab_cap_is_one_table_of_every_count_and_the_labs_rows_decide_the_
                   (11, fates.CORRECTED, 2)])]  # three first proposals rejected, two of them outside
     bench = [view([(12, fates.ACCEPTED, 0), (13, fates.ACCEPTED, 0)])]
     classes = token_classes.class_table(held + bench, tok, inside)
+    fair = classes.loc[token_classes.PROPOSABLE]  # the classes' fair base: every target but the outside-vocab ones
+    assert (fair["targets"], fair["failed"]) == (4, 1) and classes.loc[token_classes.ALL, "targets"] == 6
+    assert token_classes.PROPOSABLE not in token_classes.class_table(held, tok).index  # a full-vocab draft: no row
     table = vocab_cap.cap_table({"held_out_coverage": 0.8}, {"outside_vocab_share": 0.19, "held_out_prompts": 16},
                                 {"held-out": held, "mt-bench": bench}, classes, held, tok, inside)
     rows = {over: row for (_, over), row in table.iterrows()}

@@ -255,7 +255,8 @@ def evidence(lab: Lab, name: str, on: str = "held-out") -> str | None:
     parts = [f"{r.delta[on].mean:+.3f} [{r.delta[on].low:+.3f}, {r.delta[on].high:+.3f}] at {r.budget:g} CPU minutes"
              for r in found]
     return (f"the recipe lab (bench/recipe.py: this verifier's draft trained many ways at equal CPU minutes) measured "
-            f"`{name}`: τ on {on} {' and '.join(parts)} against its base recipe (bench/results/recipe.md)")
+            f"`{name}`: τ on {on} {' and '.join(parts)} against its base recipe, the reference each of its levers "
+            "changes in one thing (bench/results/recipe.md)")
 
 
 def plot_frontier(frontier: list[LabRow], here: tuple[float, float] | None = None, bar: float | None = None,

@@ -29,6 +29,7 @@ CODE = "code"
 OUTSIDE = "outside the draft vocab"
 CLASSES = (WORD_START, NUMBER, PUNCTUATION, CODE, OUTSIDE)
 ALL = "every target"
+PROPOSABLE = "every target it could propose"  # every target but those outside the draft vocab
 FENCE = "```"
 MIN_TARGETS = 20  # a class is compared with the others only with this many targets (fewer: its interval says little)
 Z95 = 1.96  # a two-sided 95 % normal quantile, for the failure rates' intervals
@@ -104,6 +105,9 @@ def class_table(views: Sequence[PromptView], tokenizer, in_draft_vocab=None) -> 
                 found = frozenset({OUTSIDE})
             for c in (*found, ALL):
                 counts[c][fate.kind == CORRECTED] += 1
+    if in_draft_vocab is not None:  # the fair base for the classes' rates: every target but the outside-vocab ones
+        (a_all, f_all), (a_out, f_out) = counts.pop(ALL), counts[OUTSIDE]
+        counts[PROPOSABLE], counts[ALL] = [a_all - a_out, f_all - f_out], [a_all, f_all]
     failures = counts[ALL][1]
     rows = [{"class": c, "targets": a + f, "accepted": a, "failed": f,
              "failure rate": round(f / (a + f), 3) if a + f else float("nan"),
@@ -121,7 +125,7 @@ def worst_line(table: pd.DataFrame) -> str:
     total = table.loc[ALL]
     if not total["targets"]:
         return "The draft was asked for no token here (every reply ended before its first round)."
-    classes = table.drop(index=[ALL, OUTSIDE])
+    classes = table.drop(index=[ALL, OUTSIDE, PROPOSABLE], errors="ignore")
     rated = classes[classes["targets"] >= MIN_TARGETS]
     few = classes[(classes["targets"] > 0) & (classes["targets"] < MIN_TARGETS)]
     outside = int(table.loc[OUTSIDE, "targets"]) if OUTSIDE in table.index else 0
