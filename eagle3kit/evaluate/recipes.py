@@ -41,6 +41,11 @@ class Tau:
         return f"{self.mean:.3f} [{self.low:.3f}, {self.high:.3f}]"
 
     @property
+    def signed(self) -> str:
+        """A paired Δ with its 95 % interval, signed: an interval that holds 0 is no measured effect."""
+        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
+
+    @property
     def above_zero(self) -> bool:
         return self.low > 0
 
@@ -172,7 +177,7 @@ def table(rows: list[LabRow]) -> pd.DataFrame:
         for s in [s for s in SETS if s in r.tau] + [s for s in r.tau if s not in SETS]:
             line[f"τ {s}"] = str(r.tau[s])
             gain = r.delta.get(s)
-            line[f"Δ {s} [95% CI, paired]"] = f"{gain.mean:+.3f} [{gain.low:+.3f}, {gain.high:+.3f}]" if gain else ""
+            line[f"Δ {s} [95% CI, paired]"] = gain.signed if gain else ""
         out.append(line)
     return pd.DataFrame(out).fillna("")
 
@@ -236,14 +241,12 @@ def strongest_lever(lab: Lab, on: str = "held-out") -> str | None:
                  "overlap) was")
         line = (f"Of the recipe lab's levers, each against its base recipe, {which} {row.lever} ({row.what}): "
                 f"τ on {on} "
-                f"{row.delta[on].mean:+.3f} [{row.delta[on].low:+.3f}, {row.delta[on].high:+.3f}] and "
-                f"{check.delta[on].mean:+.3f} [{check.delta[on].low:+.3f}, {check.delta[on].high:+.3f}], paired over "
+                f"{row.delta[on].signed} and {check.delta[on].signed}, paired over "
                 "the same prompts (bench/results/recipe.md).")
     for lever, rows in _levers_on_top(lab.beside, on).items():
         if all(r.delta.get(on) and r.delta[on].above_zero for r in rows):
             line += (f" On top of the frontier, against its point of the same minutes, `{lever}` held at every budget "
-                     f"it ran: " + "; ".join(f"{r.delta[on].mean:+.3f} [{r.delta[on].low:+.3f}, "
-                                            f"{r.delta[on].high:+.3f}] at {r.budget:g}" for r in rows) + " minutes.")
+                     f"it ran: " + "; ".join(f"{r.delta[on].signed} at {r.budget:g}" for r in rows) + " minutes.")
     return line + " Measured on the demo verifier at CPU scale, not a forecast for a GPU run."
 
 
@@ -252,8 +255,7 @@ def evidence(lab: Lab, name: str, on: str = "held-out") -> str | None:
     found = [r for r in lab.rows + lab.checks if r.name == name and on in r.delta]
     if not found:
         return None
-    parts = [f"{r.delta[on].mean:+.3f} [{r.delta[on].low:+.3f}, {r.delta[on].high:+.3f}] at {r.budget:g} CPU minutes"
-             for r in found]
+    parts = [f"{r.delta[on].signed} at {r.budget:g} CPU minutes" for r in found]
     return (f"the recipe lab (bench/recipe.py: this verifier's draft trained many ways at equal CPU minutes) measured "
             f"`{name}`: τ on {on} {' and '.join(parts)} against its base recipe, the reference each of its levers "
             "changes in one thing (bench/results/recipe.md)")

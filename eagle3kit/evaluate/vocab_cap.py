@@ -8,15 +8,10 @@ from collections.abc import Sequence
 import pandas as pd
 
 from eagle3kit.evaluate.fates import PromptView
-from eagle3kit.evaluate.recipes import Lab, LabRow, Tau
+from eagle3kit.evaluate.recipes import Lab, LabRow
 from eagle3kit.evaluate.token_classes import ALL, OUTSIDE, rejected_first
 
 ON = "held-out"  # the lab's vocab rows are read on its held-out prompts
-
-
-def delta(d: Tau) -> str:
-    """A paired Δ with its 95 % interval, signed: an interval that holds 0 is no measured effect."""
-    return f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
 
 
 def lab_rows(lab: Lab) -> list[LabRow]:
@@ -34,19 +29,14 @@ def evidence(lab: Lab) -> str:
     rows = lab_rows(lab)
     if not rows:
         return ""
-    said = ", ".join(f"`{r.name}` {delta(r.delta[ON])}" for r in rows)
+    said = ", ".join(f"`{r.name}` {r.delta[ON].signed}" for r in rows)
     return f"the recipe lab measured {said} (held-out τ) against its base at {rows[0].budget:g} CPU minutes"
 
 
-def larger_that_gained(lab: Lab, vocab: int) -> LabRow | None:
-    """The lab's larger vocab whose gain held (interval above 0), the largest gain of them; None where none did."""
-    gains = [r for r in lab_rows(lab) if size(r) > vocab and r.delta[ON].low > 0]
-    return max(gains, key=lambda r: r.delta[ON].mean) if gains else None
-
-
-def smaller_that_gained(lab: Lab, vocab: int) -> LabRow | None:
-    """The lab's smaller vocab whose gain held (interval above 0), the largest gain of them; None where none did."""
-    gains = [r for r in lab_rows(lab) if size(r) < vocab and r.delta[ON].low > 0]
+def gained(lab: Lab, vocab: int, larger: bool) -> LabRow | None:
+    """The lab's larger (or smaller) vocab than ``vocab`` whose gain held (interval above 0), the largest gain of
+    them; None where none did."""
+    gains = [r for r in lab_rows(lab) if (size(r) > vocab) == larger and size(r) != vocab and r.delta[ON].above_zero]
     return max(gains, key=lambda r: r.delta[ON].mean) if gains else None
 
 
@@ -54,7 +44,7 @@ def advice(lab: Lab, vocab: int) -> tuple[int | None, str]:
     """(the size the lab's rows point to, None to keep ``vocab``; why, a clause after the measured rows): a larger
     vocab whose gain held first, else a smaller one whose gain held (its head trains faster, though it lowers the
     cap), else keep ``vocab``."""
-    larger, smaller = larger_that_gained(lab, vocab), smaller_that_gained(lab, vocab)
+    larger, smaller = gained(lab, vocab, larger=True), gained(lab, vocab, larger=False)
     if larger:
         return size(larger), f"`vocab-{size(larger)}` gained on the lab's base recipe, not yet tried on its frontier's"
     if smaller:
